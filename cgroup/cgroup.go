@@ -1,0 +1,202 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+)
+
+// Cgroup is the cgroup of one run, in every hierarchy its processes join.
+// Its methods are safe for concurrent use.
+type Cgroup struct {
+	root *Root
+	id   string
+	// dirs are the distinct directories of the run, one per hierarchy on
+	// v1/hybrid (co-mounted controllers share one), one on v2.
+	dirs []string
+	// byKey maps each v1/hybrid hierarchy to its directory.
+	byKey []keyDir
+
+	cg1 cgroup1.Cgroup   // v1/hybrid, nil for a swept leftover
+	cg2 *cgroup2.Manager // v2, nil for a swept leftover
+
+	hasKillFile   bool // v2: cgroup.kill (kernel >= 5.14)
+	hasFreezeFile bool // v2: cgroup.freeze (kernel >= 5.2)
+	hasPeak       bool // v2: memory.peak (kernel >= 5.19)
+
+	mu       sync.Mutex
+	peakSeen int64  // v2 without memory.peak: highest memory.current seen
+	deleted  bool   // Delete succeeded
+	final    *Stats // snapshot taken by Delete, nil if it failed
+}
+
+type keyDir struct {
+	h   hierarchy
+	dir string
+}
+
+// ID returns the run id.
+func (c *Cgroup) ID() string { return c.id }
+
+// LibcontainerPath is the configs.Cgroup.Path to give libcontainer so that
+// every directory it joins is one this package created: "<name>/<id>"
+// (relative: libcontainer adds the daemon's own cgroup per hierarchy) on
+// v1/hybrid, the absolute "<own>/runs/<id>" (libcontainer prepends
+// /sys/fs/cgroup) on v2.
+func (c *Cgroup) LibcontainerPath() string {
+	if c.root.mode == ModeV2 {
+		return path.Join(c.root.v2.ownPath, runsDir, c.id)
+	}
+	return c.root.name + "/" + c.id
+}
+
+// dirFor returns the run's directory in the v1 hierarchy with key, or "".
+func (c *Cgroup) dirFor(key string) string {
+	for _, kd := range c.byKey {
+		if kd.h.key == key {
+			return kd.dir
+		}
+	}
+	return ""
+}
+
+// Stats reads the run's statistics. They remain readable after all its
+// processes have exited (the OOM kill counter and the peaks included),
+// until Delete; after Delete, Stats returns the snapshot Delete took.
+func (c *Cgroup) Stats() (Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deleted {
+		if c.final == nil {
+			return Stats{}, fmt.Errorf("stats of cgroup for run %s: deleted without a final snapshot", c.id)
+		}
+		return *c.final, nil
+	}
+	st, err := c.stats()
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats of cgroup for run %s: %w", c.id, err)
+	}
+	return st, nil
+}
+
+func (c *Cgroup) stats() (Stats, error) {
+	// The libraries read a missing file as zero; a removed cgroup (e.g. by
+	// libcontainer's Destroy) must not look like an idle run.
+	if !exists(c.dirs[0]) {
+		return Stats{}, &os.PathError{Op: "stat", Path: c.dirs[0], Err: os.ErrNotExist}
+	}
+	if c.root.mode == ModeV2 {
+		return c.statsV2()
+	}
+	return c.statsV1()
+}
+
+// Procs returns the pids of all processes in the run's cgroups (in any
+// hierarchy, including sub-cgroups), sorted. After Delete it returns none.
+func (c *Cgroup) Procs() ([]int, error) {
+	pids, err := c.procs()
+	if err != nil {
+		return nil, fmt.Errorf("list processes of cgroup for run %s: %w", c.id, err)
+	}
+	return pids, nil
+}
+
+func (c *Cgroup) procs() ([]int, error) {
+	var all []int
+	for _, d := range c.dirs {
+		pids, err := readProcs(d)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, pids...)
+	}
+	return sortUnique(all), nil
+}
+
+// isMember reports whether pid's /proc/<pid>/cgroup places it in (or below)
+// one of the run's directories.
+func (c *Cgroup) isMember(pid int) (bool, error) {
+	own, err := readProcCgroup(pid)
+	if err != nil {
+		if isGone(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	if c.root.mode == ModeV2 {
+		p, ok := own[""]
+		if !ok {
+			return false, nil
+		}
+		d, ok := cgroupDir(c.root.v2.mountpoint, c.root.v2.mountRoot, p)
+		return ok && within(d, c.dirs[0]), nil
+	}
+	for _, kd := range c.byKey {
+		p, ok := ownCgroupPath(own, kd.h.key)
+		if !ok {
+			continue
+		}
+		if d, ok := kd.h.toDir(p); ok && within(d, kd.dir) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func within(dir, top string) bool {
+	return dir == top || strings.HasPrefix(dir, top+"/")
+}
+
+// Kill sends SIGKILL to every process in the run's cgroups, however
+// detached (new sessions, double forks, reparented orphans), and returns
+// once the cgroups are empty, or an error wrapping ErrKillTimeout after a
+// bounded wait (2 s). It does not reap: zombies of the caller's children do
+// not count as members.
+func (c *Cgroup) Kill() error {
+	if err := c.kill(); err != nil {
+		return fmt.Errorf("kill cgroup for run %s: %w", c.id, err)
+	}
+	return nil
+}
+
+// Delete kills whatever is left in the run, then removes every directory
+// this package created for it. It keeps a final Stats snapshot. Calling it
+// again after success is a no-op.
+func (c *Cgroup) Delete() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deleted {
+		return nil
+	}
+	if err := c.kill(); err != nil {
+		return fmt.Errorf("delete cgroup for run %s: %w", c.id, err)
+	}
+	if c.cg1 != nil || c.cg2 != nil {
+		if st, err := c.stats(); err == nil {
+			c.final = &st
+		}
+	}
+	if err := c.removeDirs(); err != nil {
+		return fmt.Errorf("delete cgroup for run %s: %w", c.id, err)
+	}
+	c.deleted = true
+	c.root.forget(c)
+	return nil
+}
+
+func (c *Cgroup) removeDirs() error {
+	var errs []error
+	for _, d := range slices.Backward(c.dirs) {
+		if err := removeTree(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

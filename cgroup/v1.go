@@ -1,0 +1,238 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// containerdName maps libcontainer's hierarchy key to containerd's
+// subsystem name.
+func containerdName(key string) cgroup1.Name {
+	if key == "name=systemd" {
+		return "systemd"
+	}
+	return cgroup1.Name(key)
+}
+
+// v1Path returns containerd's cgroup1.Path for <own>/<name>/<suffix>:
+// containerd places a subsystem's cgroups below /sys/fs/cgroup/<subsystem>,
+// so the path is <own> relative to the hierarchy's mount point.
+func (r *Root) v1Path(suffix string) cgroup1.Path {
+	rel := make(map[cgroup1.Name]string)
+	for _, h := range r.hiers {
+		if h.key == "" {
+			continue // cgroup2 in hybrid mode: handled by this package
+		}
+		p, err := filepath.Rel(h.mountpoint, h.own)
+		if err != nil {
+			continue
+		}
+		rel[containerdName(h.key)] = filepath.Join("/", p, r.name, suffix)
+	}
+	return func(n cgroup1.Name) (string, error) {
+		p, ok := rel[n]
+		if !ok {
+			return "", cgroup1.ErrControllerNotActive
+		}
+		return p, nil
+	}
+}
+
+type pather interface {
+	Path(string) string
+}
+
+func (r *Root) openV1(mounts []mountEntry, own map[string]string) (err error) {
+	r.hiers, err = layoutV1(mounts, own, r.mode == ModeHybrid)
+	if err != nil {
+		return err
+	}
+	markPrivate(r.hiers)
+	// Create <own>/<name> everywhere; containerd copies cpuset.cpus/mems
+	// down from the parent so that tasks can join.
+	var created []string
+	defer func() {
+		if err != nil {
+			for _, d := range created {
+				_ = rmdirIfEmpty(d)
+			}
+		}
+	}()
+	for _, d := range r.rootDirs() {
+		ok, err := mkdirNew(d)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+		if ok {
+			created = append(created, d)
+		}
+	}
+	path := r.v1Path("")
+	r.cg1, err = cgroup1.New(path, &specs.LinuxResources{})
+	if err != nil {
+		return fmt.Errorf("create root cgroups: %w", err)
+	}
+	// containerd must be looking at the same directories as libcontainer.
+	want := make(map[cgroup1.Name]string)
+	for _, h := range r.hiers {
+		if h.key != "" {
+			want[containerdName(h.key)] = filepath.Join(h.own, r.name)
+		}
+	}
+	for _, s := range r.cg1.Subsystems() {
+		ps, ok := s.(pather)
+		if !ok {
+			continue
+		}
+		p, err := path(s.Name())
+		if err != nil {
+			return err
+		}
+		if err := sameDir(ps.Path(p), want[s.Name()]); err != nil {
+			return fmt.Errorf("%w: containerd's %s cgroup differs from libcontainer's: %v", ErrUnsupported, s.Name(), err)
+		}
+	}
+	if mem := r.dirForRoot("memory"); mem != "" {
+		if err := ensureUseHierarchy(mem); err != nil {
+			return err
+		}
+		r.memsw = exists(filepath.Join(mem, "memory.memsw.limit_in_bytes"))
+	}
+	return nil
+}
+
+func sameDir(a, b string) error {
+	if b == "" {
+		return fmt.Errorf("%s is not one of ours", a)
+	}
+	sa, err := os.Stat(a)
+	if err != nil {
+		return err
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return err
+	}
+	if !os.SameFile(sa, sb) {
+		return fmt.Errorf("%s is not %s", a, b)
+	}
+	return nil
+}
+
+// ensureUseHierarchy makes sure limits and accounting of the memory
+// controller cover sub-cgroups (always on since Linux 6.0; the file is gone
+// or fixed at 1 there).
+func ensureUseHierarchy(dir string) error {
+	v, err := readString(dir, "memory.use_hierarchy")
+	if errors.Is(err, os.ErrNotExist) || (err == nil && v == "1") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeFile(dir, "memory.use_hierarchy", "1"); err != nil {
+		return fmt.Errorf("%w: memory.use_hierarchy is %s in %s: %v", ErrUnsupported, v, dir, err)
+	}
+	return nil
+}
+
+// dirForRoot returns <own>/<name> in the hierarchy with key, or "".
+func (r *Root) dirForRoot(key string) string {
+	for _, h := range r.hiers {
+		if h.key == key {
+			return filepath.Join(h.own, r.name)
+		}
+	}
+	return ""
+}
+
+func (r *Root) hasHierarchy(key string) bool { return r.dirForRoot(key) != "" }
+
+func (r *Root) createV1(c *Cgroup, l Limits) error {
+	for _, need := range []struct {
+		set bool
+		key string
+	}{{l.MemoryBytes > 0, "memory"}, {l.Pids > 0, "pids"}, {l.CPUs > 0, "cpu"}} {
+		if need.set && !r.hasHierarchy(need.key) {
+			return fmt.Errorf("%w: %s", ErrNoController, need.key)
+		}
+	}
+	// Private directories first, so that a crash half-way leaves something
+	// Sweep recognises (Delete removes them last for the same reason).
+	for _, kd := range c.byKey {
+		if kd.h.private {
+			if _, err := mkdirNew(kd.dir); err != nil {
+				return fmt.Errorf("create %s: %w", kd.dir, err)
+			}
+		}
+	}
+	cg, err := r.cg1.New(c.id, v1Resources(l, r.memsw))
+	if err != nil {
+		return fmt.Errorf("create v1 cgroups: %w", err)
+	}
+	c.cg1 = cg
+	// Hierarchies containerd does not know (hybrid's cgroup2, misc).
+	for _, d := range c.dirs {
+		if _, err := mkdirNew(d); err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	if mem := c.dirFor("memory"); mem != "" {
+		// Keep anonymous memory out of swap even without swap accounting.
+		// Refused (EINVAL) on some kernels for cgroups with use_hierarchy
+		// parents; the memsw limit is what really matters.
+		err := writeFile(mem, "memory.swappiness", "0")
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("set memory.swappiness: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Cgroup) statsV1() (Stats, error) {
+	cg := c.cg1
+	if cg == nil {
+		var err error
+		cg, err = cgroup1.Load(c.root.v1Path(c.id))
+		if err != nil {
+			return Stats{}, err
+		}
+	}
+	m, err := cg.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	if m.Memory != nil && m.Memory.Usage != nil {
+		st.MemoryPeakBytes = int64(m.Memory.Usage.Max)
+	}
+	if m.CPU != nil && m.CPU.Usage != nil {
+		st.CPUTime = time.Duration(m.CPU.Usage.Total) // cpuacct.usage, ns
+	}
+	if m.MemoryOomControl != nil {
+		st.OOMKilled = m.MemoryOomControl.OomKill > 0
+	}
+	if mem := c.dirFor("memory"); mem != "" && !st.OOMKilled {
+		// Kernels before 4.13 have no oom_kill counter; there the best
+		// sign is that the limit was hit at all.
+		_, found, err := readKeyed(mem, "memory.oom_control", "oom_kill")
+		if err == nil && !found && m.Memory != nil && m.Memory.Usage != nil {
+			st.OOMKilled = m.Memory.Usage.Failcnt > 0
+		}
+	}
+	if p := c.dirFor("pids"); p != "" {
+		n, _, err := readKeyed(p, "pids.events", "max")
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Stats{}, err
+		}
+		st.PidsLimitHit = n > 0
+	}
+	return st, nil
+}

@@ -1,0 +1,169 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"golang.org/x/sys/unix"
+)
+
+// runControllers are the controllers runs need on cgroup v2.
+var runControllers = []string{"cpu", "memory", "pids"}
+
+func (r *Root) openV2(mounts []mountEntry, own map[string]string) error {
+	l, err := layoutV2(mounts, own)
+	if err != nil {
+		return err
+	}
+	return r.initV2(l)
+}
+
+// initV2 sets up the daemon's subtree described by l.
+func (r *Root) initV2(l v2Layout) error {
+	r.v2 = l
+	r.runsDir = filepath.Join(l.ownDir, runsDir)
+
+	// No internal processes: the daemon leaves <own> for the leaf
+	// <own>/daemon before controllers are enabled in <own>. Writing the pid
+	// to cgroup.procs moves every thread of the process.
+	leaf := filepath.Join(l.ownDir, daemonLeaf)
+	if _, err := mkdirNew(leaf); err != nil {
+		return fmt.Errorf("%w: create %s: %v", ErrNotDelegated, leaf, err)
+	}
+	if !l.inLeaf {
+		if err := writeFile(leaf, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+			return fmt.Errorf("%w: move daemon into %s: %v", ErrNotDelegated, leaf, err)
+		}
+	}
+	avail, err := readString(l.ownDir, "cgroup.controllers")
+	if err != nil {
+		return fmt.Errorf("read controllers of %s: %w", l.ownDir, err)
+	}
+	var want []string
+	for _, c := range runControllers {
+		if slices.Contains(strings.Fields(avail), c) {
+			want = append(want, c)
+		}
+	}
+	if err := enableControllers(l.ownDir, want); err != nil {
+		return err
+	}
+	created, err := mkdirNew(r.runsDir)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", r.runsDir, err)
+	}
+	if err := enableControllers(r.runsDir, want); err != nil {
+		if created {
+			_ = rmdirIfEmpty(r.runsDir)
+		}
+		return err
+	}
+	r.controls = v2Controls{
+		cpu:    slices.Contains(want, "cpu"),
+		memory: slices.Contains(want, "memory"),
+		pids:   slices.Contains(want, "pids"),
+	}
+	return nil
+}
+
+// enableControllers turns on ctls in dir's cgroup.subtree_control (those
+// not on already). EBUSY means dir still has processes of its own.
+func enableControllers(dir string, ctls []string) error {
+	cur, err := readString(dir, "cgroup.subtree_control")
+	if err != nil {
+		return fmt.Errorf("read subtree_control of %s: %w", dir, err)
+	}
+	var add []string
+	for _, c := range ctls {
+		if !slices.Contains(strings.Fields(cur), c) {
+			add = append(add, "+"+c)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if err := writeFile(dir, "cgroup.subtree_control", strings.Join(add, " ")); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("%w: %s has processes besides the daemon: %v", ErrNotDelegated, dir, err)
+		}
+		return fmt.Errorf("%w: %v", ErrNotDelegated, err)
+	}
+	return nil
+}
+
+func (r *Root) createV2(c *Cgroup, l Limits) error {
+	for _, need := range []struct {
+		set, have bool
+		name      string
+	}{{l.MemoryBytes > 0, r.controls.memory, "memory"}, {l.Pids > 0, r.controls.pids, "pids"}, {l.CPUs > 0, r.controls.cpu, "cpu"}} {
+		if need.set && !need.have {
+			return fmt.Errorf("%w: %s", ErrNoController, need.name)
+		}
+	}
+	dir := c.dirs[0]
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("%w: %s", ErrExists, dir)
+		}
+		return err
+	}
+	ctl := r.controls
+	ctl.swap = exists(filepath.Join(dir, "memory.swap.max"))
+	// Load, not NewManager: NewManager would write subtree_control in every
+	// ancestor up to the root, which is systemd's, not ours.
+	m, err := cgroup2.Load(c.LibcontainerPath(), cgroup2.WithMountpoint(r.v2.mountpoint))
+	if err != nil {
+		return err
+	}
+	if err := m.Update(v2Resources(l, ctl)); err != nil {
+		return fmt.Errorf("set limits: %w", err)
+	}
+	c.cg2 = m
+	c.hasPeak = exists(filepath.Join(dir, "memory.peak"))
+	return nil
+}
+
+func (c *Cgroup) statsV2() (Stats, error) {
+	m := c.cg2
+	if m == nil {
+		var err error
+		m, err = cgroup2.Load(c.LibcontainerPath(), cgroup2.WithMountpoint(c.root.v2.mountpoint))
+		if err != nil {
+			return Stats{}, err
+		}
+	}
+	ms, err := m.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
+	if err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	if ms.Memory != nil {
+		if c.hasPeak {
+			st.MemoryPeakBytes = int64(ms.Memory.MaxUsage) // memory.peak, kernel >= 5.19
+		} else {
+			// Without memory.peak the best there is: the highest
+			// memory.current any Stats call has seen.
+			c.peakSeen = max(c.peakSeen, int64(ms.Memory.Usage))
+			st.MemoryPeakBytes = c.peakSeen
+		}
+	}
+	if ms.CPU != nil {
+		st.CPUTime = time.Duration(ms.CPU.UsageUsec) * time.Microsecond
+	}
+	if ms.MemoryEvents != nil {
+		st.OOMKilled = ms.MemoryEvents.OomKill > 0
+	}
+	n, _, err := readKeyed(c.dirs[0], "pids.events", "max")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return Stats{}, err
+	}
+	st.PidsLimitHit = n > 0
+	return st, nil
+}

@@ -1,0 +1,440 @@
+// Package integration runs the real cellblockd, as root, over its real Unix
+// socket: real kernel, real Python, real jails. Nothing here is mocked.
+// Every test skips with a reason when not run as root.
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
+)
+
+// repoRoot is the repository's top directory.
+var repoRoot = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}()
+
+// binDir holds the binaries `make build` made.
+var binDir = filepath.Join(repoRoot, "bin")
+
+// sharedState is one state directory for the whole test binary, so that the
+// default rootfs is built once.
+var (
+	sharedStateOnce sync.Once
+	sharedStateDir  string
+	sharedStateErr  error
+)
+
+func stateDir(t *testing.T) string {
+	t.Helper()
+	sharedStateOnce.Do(func() {
+		sharedStateDir, sharedStateErr = os.MkdirTemp("", "cellblock-it-state-")
+		if sharedStateErr == nil {
+			sharedStateErr = os.Chmod(sharedStateDir, 0o755)
+		}
+	})
+	if sharedStateErr != nil {
+		t.Fatalf("state dir: %v", sharedStateErr)
+	}
+	return sharedStateDir
+}
+
+// requireRoot skips a privileged test, saying why.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the daemon builds namespaces, mounts and cgroups (run `sudo make test`)")
+	}
+}
+
+func bin(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(binDir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run `make build` first (%v)", p, err)
+	}
+	return p
+}
+
+// Daemon is a cellblockd started by a test.
+type Daemon struct {
+	Socket   string
+	StateDir string
+	Cmd      *exec.Cmd
+	Client   *client.Client
+	logPath  string
+	done     chan struct{}
+	exitErr  error
+}
+
+// startDaemon starts cellblockd with the shared state dir (unless args set
+// --state-dir) on a private socket and waits until it answers. It is
+// stopped with SIGTERM when the test ends.
+func startDaemon(t *testing.T, args ...string) *Daemon {
+	t.Helper()
+	requireRoot(t)
+	dir, err := os.MkdirTemp("", "cellblock-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &Daemon{Socket: filepath.Join(dir, "cellblockd.sock"), logPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
+	state := flagValue(args, "--state-dir")
+	if state == "" {
+		state = freshStateDir(t)
+		args = append(args, "--state-dir", state)
+	}
+	if flagValue(args, "--cgroup-name") == "" {
+		args = append(args, "--cgroup-name", cgroupName(t))
+	}
+	d.StateDir = state
+	logf, err := os.Create(d.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"--socket", d.Socket, "--log-format", "json"}, args...)
+	d.Cmd = exec.Command(bin(t, "cellblockd"), all...)
+	d.Cmd.Stdout = logf
+	d.Cmd.Stderr = logf
+	if err := d.Cmd.Start(); err != nil {
+		t.Fatalf("start cellblockd: %v", err)
+	}
+	logf.Close()
+	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() { d.Stop(t) })
+	d.Client = client.New(d.Socket)
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := d.Client.Health(ctx)
+		cancel()
+		if err == nil {
+			return d
+		}
+		select {
+		case <-d.done:
+			t.Fatalf("cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cellblockd did not answer within 120s: %v\n%s", err, d.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// cgroupName gives a test's own daemon its own cgroup subtree, so that its
+// start-up sweep cannot touch the shared daemon's runs.
+func cgroupName(t *testing.T) string {
+	var b strings.Builder
+	for _, c := range t.Name() {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteRune(c)
+		}
+	}
+	name := b.String()
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	return "cellblock-" + name
+}
+
+// freshStateDir is a new state directory holding a hard-linked copy of the
+// shared daemon's rootfs store, so that a test's own daemon starts without
+// building a rootfs again yet shares no jail state.
+func freshStateDir(t *testing.T) string {
+	t.Helper()
+	daemon(t) // the shared daemon has built the store
+	dir, err := os.MkdirTemp("", "cellblock-it-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("cp", "-al", filepath.Join(stateDir(t), "rootfs"), filepath.Join(dir, "rootfs")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("copy rootfs store: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// Log returns what the daemon logged so far.
+func (d *Daemon) Log() string {
+	b, _ := os.ReadFile(d.logPath)
+	return string(b)
+}
+
+// Stop sends SIGTERM and waits; it fails the test if the daemon does not
+// exit 0 within a minute.
+func (d *Daemon) Stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		if d.exitErr != nil {
+			t.Errorf("cellblockd did not exit cleanly on SIGTERM: %v\n%s", d.exitErr, d.Log())
+		}
+	case <-time.After(60 * time.Second):
+		_ = d.Cmd.Process.Kill()
+		<-d.done
+		t.Errorf("cellblockd did not exit within 60s of SIGTERM\n%s", d.Log())
+	}
+}
+
+// Kill SIGKILLs the daemon, as a crash would.
+func (d *Daemon) Kill() {
+	_ = d.Cmd.Process.Kill()
+	<-d.done
+}
+
+// shared is one daemon for the tests that don't need their own.
+var (
+	sharedMu     sync.Mutex
+	sharedDaemon *Daemon
+)
+
+// daemon returns the shared daemon, starting it on first use. It lives
+// until the test binary exits (TestMain stops it).
+func daemon(t *testing.T) *Daemon {
+	t.Helper()
+	requireRoot(t)
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedDaemon != nil {
+		select {
+		case <-sharedDaemon.done:
+			t.Fatalf("the shared daemon died earlier:\n%s", sharedDaemon.Log())
+		default:
+		}
+		return sharedDaemon
+	}
+	// Started outside any test's cleanup so that it outlives the test.
+	d, err := startShared()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedDaemon = d
+	return d
+}
+
+func startShared() (*Daemon, error) {
+	dir, err := os.MkdirTemp("", "cellblock-it-shared-")
+	if err != nil {
+		return nil, err
+	}
+	// Other uids must reach the socket for the peer-credential tests.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(binDir, "cellblockd")); err != nil {
+		return nil, fmt.Errorf("bin/cellblockd is missing: run `make build` first")
+	}
+	sharedStateOnce.Do(func() {
+		sharedStateDir, sharedStateErr = os.MkdirTemp("", "cellblock-it-state-")
+		if sharedStateErr == nil {
+			sharedStateErr = os.Chmod(sharedStateDir, 0o755)
+		}
+	})
+	if sharedStateErr != nil {
+		return nil, sharedStateErr
+	}
+	d := &Daemon{Socket: filepath.Join(dir, "cellblockd.sock"), StateDir: sharedStateDir, logPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
+	logf, err := os.Create(d.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	d.Cmd = exec.Command(filepath.Join(binDir, "cellblockd"), "--socket", d.Socket, "--state-dir", d.StateDir,
+		"--log-format", "json", "--max-concurrent", "8", "--allow-uid", "65533")
+	d.Cmd.Stdout = logf
+	d.Cmd.Stderr = logf
+	if err := d.Cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
+	d.Client = client.New(d.Socket)
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := d.Client.Health(ctx)
+		cancel()
+		if err == nil {
+			return d, nil
+		}
+		select {
+		case <-d.done:
+			return nil, fmt.Errorf("shared cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("shared cellblockd did not answer: %v\n%s", err, d.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedDaemon != nil {
+		_ = sharedDaemon.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-sharedDaemon.done:
+			if sharedDaemon.exitErr != nil {
+				fmt.Fprintf(os.Stderr, "shared cellblockd did not exit cleanly: %v\n", sharedDaemon.exitErr)
+				code = 1
+			}
+		case <-time.After(60 * time.Second):
+			_ = sharedDaemon.Cmd.Process.Kill()
+			fmt.Fprintln(os.Stderr, "shared cellblockd did not exit within 60s of SIGTERM")
+			code = 1
+		}
+		if leftovers := leftoverCgroups(); len(leftovers) > 0 {
+			fmt.Fprintf(os.Stderr, "run cgroups left behind: %v\n", leftovers)
+			code = 1
+		}
+	}
+	if sharedStateDir != "" {
+		os.RemoveAll(sharedStateDir)
+	}
+	os.Exit(code)
+}
+
+// run carries out req on d and fails the test if the daemon could not be
+// reached.
+func run(t *testing.T, d *Daemon, req *api.RunRequest) *api.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := d.Client.Run(ctx, req)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, d.Log())
+	}
+	return res
+}
+
+// runOK runs code and fails unless it exited 0 without an error.
+func runOK(t *testing.T, d *Daemon, req *api.RunRequest) *api.Result {
+	t.Helper()
+	res := run(t, d, req)
+	if res.Error != nil || res.ExitCode != 0 {
+		t.Fatalf("run failed: exit %d, error %+v\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Error, res.Stdout, res.Stderr)
+	}
+	return res
+}
+
+// leftoverCgroups lists run cgroups under any hierarchy: directories below
+// a "cellblock" directory (v1) or below cellblock's "runs" (v2).
+func leftoverCgroups() []string {
+	var found []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		if strings.Count(p, "/") > 12 {
+			return filepath.SkipDir
+		}
+		parent := filepath.Base(filepath.Dir(p))
+		if strings.HasPrefix(parent, "cellblock") || (parent == "runs" && strings.Contains(p, "/cellblock")) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
+}
+
+// jailProcesses lists host processes whose uid lies in the jails' range or
+// is the no-userns jail uid.
+func jailProcesses() []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		var name string
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.HasPrefix(line, "Name:") {
+				name = strings.TrimSpace(strings.TrimPrefix(line, "Name:"))
+			}
+			if strings.HasPrefix(line, "Uid:") {
+				fields := strings.Fields(line)
+				if len(fields) > 1 {
+					uid, _ := strconv.ParseInt(fields[1], 10, 64)
+					if uid >= 1_000_000_000 && uid < 1_000_000_000+65536 {
+						found = append(found, fmt.Sprintf("%d(%s uid %d)", pid, name, uid))
+					}
+				}
+			}
+		}
+		f.Close()
+	}
+	return found
+}
+
+// mountCount is the number of mounts in the test's mount namespace.
+func mountCount(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// waitFor polls cond for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
+
+func mustJSON(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(strings.TrimSpace(s)), v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+}

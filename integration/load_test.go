@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+func TestLoad48RunsAt8(t *testing.T) {
+	d := daemon(t)
+	mountsBefore := mountCount(t)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	errs := make(chan error, 48)
+	start := time.Now()
+	for i := 0; i < 48; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			res, err := d.Client.Run(ctx, &api.RunRequest{Code: fmt.Sprintf("import sys\nprint(%d * 7)\nprint('e%d', file=sys.stderr)\nsys.exit(%d %% 5)", i, i, i)})
+			switch {
+			case err != nil:
+				errs <- fmt.Errorf("run %d: %v", i, err)
+			case res.Error != nil:
+				errs <- fmt.Errorf("run %d: %+v", i, res.Error)
+			case res.Stdout != fmt.Sprintf("%d\n", i*7) || res.Stderr != fmt.Sprintf("e%d\n", i) || res.ExitCode != i%5:
+				errs <- fmt.Errorf("run %d: exit %d stdout %q stderr %q", i, res.ExitCode, res.Stdout, res.Stderr)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("48 runs at 8 at a time took %v", time.Since(start))
+	assertNothingLeft(t, mountsBefore)
+}
+
+// assertNothingLeft checks that no run left a cgroup, a jail process, a
+// mount or jail state behind.
+func assertNothingLeft(t *testing.T, mountsBefore int) {
+	t.Helper()
+	if !waitFor(5*time.Second, func() bool { return len(leftoverCgroups()) == 0 }) {
+		t.Errorf("cgroups left behind: %v", leftoverCgroups())
+	}
+	if !waitFor(5*time.Second, func() bool { return len(jailProcesses()) == 0 }) {
+		t.Errorf("processes left behind: %v", jailProcesses())
+	}
+	if n := mountCount(t); n != mountsBefore {
+		t.Errorf("mounts: %d before, %d after", mountsBefore, n)
+	}
+}
+
+func TestQueueFullAnswers429(t *testing.T) {
+	d := startDaemon(t, "--max-concurrent", "1", "--queue", "1")
+	var wg sync.WaitGroup
+	results := make(chan *api.Result, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: "import time; time.sleep(1.5)"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results <- res
+		}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	close(results)
+	ok, busy := 0, 0
+	for r := range results {
+		switch {
+		case r.Error == nil && r.ExitCode == 0:
+			ok++
+		case r.Error != nil && r.Error.Type == api.ErrBusy:
+			busy++
+		default:
+			t.Errorf("unexpected result %+v", r)
+		}
+	}
+	if ok != 2 || busy != 2 {
+		t.Errorf("%d ran and %d were turned away; want 2 and 2", ok, busy)
+	}
+}
+
+func TestSIGKILLRecovery(t *testing.T) {
+	requireRoot(t)
+	mountsBefore := mountCount(t)
+	state := freshStateDir(t)
+	d := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery", "--max-concurrent", "4")
+	// Start runs that would live long, with detached children.
+	for i := 0; i < 4; i++ {
+		go d.Client.Run(context.Background(), &api.RunRequest{Code: `
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(300)
+time.sleep(300)
+`, TimeoutMs: 300000})
+	}
+	if !waitFor(20*time.Second, func() bool { return len(jailProcesses()) >= 8 }) {
+		t.Fatalf("the runs did not start: %v\n%s", jailProcesses(), d.Log())
+	}
+	d.Kill()
+	// A crashed daemon leaves its jails to die by parent-death signal and
+	// its cgroups and state to the next start-up's sweep.
+	d2 := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery")
+	if !waitFor(10*time.Second, func() bool { return len(jailProcesses()) == 0 }) {
+		t.Errorf("orphaned jail processes after restart: %v", jailProcesses())
+	}
+	if left := leftoverCgroups(); len(left) > 0 {
+		t.Errorf("cgroups left after restart: %v", left)
+	}
+	entries, _ := os.ReadDir(state + "/jails")
+	if len(entries) != 0 {
+		t.Errorf("jail state left after restart: %d entries", len(entries))
+	}
+	runOK(t, d2, &api.RunRequest{Code: "print('alive')"})
+	d2.Stop(t)
+	assertNothingLeft(t, mountsBefore)
+}
+
+func TestSIGTERMDrains(t *testing.T) {
+	d := startDaemon(t)
+	done := make(chan *api.Result, 1)
+	go func() {
+		res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: "import time; time.sleep(1); print('finished')"})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	time.Sleep(400 * time.Millisecond)
+	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+	// New runs are refused while draining.
+	time.Sleep(100 * time.Millisecond)
+	if res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: "print(1)"}); err == nil && res.Error == nil {
+		t.Errorf("a run was accepted while draining")
+	}
+	res := <-done
+	if res == nil || res.Stdout != "finished\n" {
+		t.Errorf("the run in flight did not finish: %+v", res)
+	}
+	select {
+	case <-d.done:
+		if d.exitErr != nil {
+			t.Errorf("exit after SIGTERM: %v", d.exitErr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon did not exit after draining")
+	}
+	if _, err := os.Stat(d.Socket); err == nil {
+		t.Errorf("the socket was left behind")
+	}
+}

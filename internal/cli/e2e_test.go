@@ -1,0 +1,542 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// fakeDaemon serves the parts of cellblockd's API the CLI uses on a Unix
+// socket, and records what it was sent.
+type fakeDaemon struct {
+	socket string
+	// run answers POST /v1/runs; it gets the decoded request.
+	run  func(w http.ResponseWriter, r *http.Request, req *api.RunRequest)
+	info api.Info
+
+	mu     sync.Mutex
+	reqs   []api.RunRequest
+	accept []string
+}
+
+func newFakeDaemon(t *testing.T, run func(w http.ResponseWriter, r *http.Request, req *api.RunRequest)) *fakeDaemon {
+	t.Helper()
+	// t.TempDir can be too long for a socket path (108 bytes).
+	dir, err := os.MkdirTemp("", "cb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &fakeDaemon{socket: filepath.Join(dir, "d.sock"), run: run, info: testInfo}
+	ln, err := net.Listen("unix", d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+api.PathRuns, func(w http.ResponseWriter, r *http.Request) {
+		var req api.RunRequest
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			t.Errorf("fake daemon: decode request: %v", err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		d.mu.Lock()
+		d.reqs = append(d.reqs, req)
+		d.accept = append(d.accept, r.Header.Get("Accept"))
+		d.mu.Unlock()
+		d.run(w, r, &req)
+	})
+	mux.HandleFunc("GET "+api.PathInfo, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.info)
+	})
+	mux.HandleFunc("GET "+api.PathHealth, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
+	})
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return d
+}
+
+// lastRequest returns the last run request and its Accept header.
+func (d *fakeDaemon) lastRequest(t *testing.T) (api.RunRequest, string) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reqs) == 0 {
+		t.Fatal("the fake daemon got no run request")
+	}
+	return d.reqs[len(d.reqs)-1], d.accept[len(d.accept)-1]
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// answer answers a run as cellblockd does: a stream of events ending with
+// the result when the client accepts one, else the result alone.
+func answer(events []api.Event, res api.Result) func(http.ResponseWriter, *http.Request, *api.RunRequest) {
+	return func(w http.ResponseWriter, r *http.Request, _ *api.RunRequest) {
+		if r.Header.Get("Accept") != api.StreamContentType {
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+		w.Header().Set("Content-Type", api.StreamContentType+"; charset=utf-8")
+		enc := json.NewEncoder(w)
+		for _, ev := range events {
+			enc.Encode(ev)
+			w.(http.Flusher).Flush()
+		}
+		enc.Encode(api.Event{Result: &res})
+	}
+}
+
+// refuse answers every run with an error object, as cellblockd does for
+// a run it will not carry out.
+func refuse(status int, e *api.Error) func(http.ResponseWriter, *http.Request, *api.RunRequest) {
+	return func(w http.ResponseWriter, _ *http.Request, _ *api.RunRequest) {
+		writeJSON(w, status, api.Result{ExitCode: -1, Error: e})
+	}
+}
+
+var testInfo = api.Info{
+	Version:       "0.1.0-test",
+	Pythons:       []api.Python{{ID: "cpython-3.11", Version: "3.11.2"}, {ID: "cpython-3.12", Version: "3.12.3", Default: true}},
+	CgroupMode:    "v2",
+	UserNamespace: true,
+	Seccomp:       true,
+	Network:       "none",
+	Defaults:      api.Limits{TimeoutMs: 30000, MemoryBytes: 256 << 20, Pids: 64, CPUs: 1, OutputBytes: 1 << 20, TmpBytes: 64 << 20},
+	Maxima:        api.Limits{TimeoutMs: 300000, MemoryBytes: 4 << 30, Pids: 1024, CPUs: 4, OutputBytes: 16 << 20, TmpBytes: 1 << 30},
+	MaxConcurrent: 4,
+	QueueSize:     16,
+	Dependencies:  &api.DependencyInfo{Installer: "uv", CacheEntries: 3, CacheBytes: 300 << 20, CacheBudget: 10 << 30},
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the command line with args against ctx and returns what it
+// printed and its exit status.
+func runCLI(ctx context.Context, stdin string, env map[string]string, args ...string) cliResult {
+	inv, stdout, stderr := testInvocation(stdin, env)
+	code := inv.main(ctx, args)
+	return cliResult{stdout.String(), stderr.String(), code}
+}
+
+func (r cliResult) check(t *testing.T, stdout, stderr string, code int) {
+	t.Helper()
+	if r.stdout != stdout {
+		t.Errorf("stdout = %q, want %q", r.stdout, stdout)
+	}
+	if r.stderr != stderr {
+		t.Errorf("stderr = %q, want %q", r.stderr, stderr)
+	}
+	if r.code != code {
+		t.Errorf("exit status = %d, want %d", r.code, code)
+	}
+}
+
+func TestRunStreams(t *testing.T) {
+	// Output arrives in chunks, interleaved, with non-ASCII text split
+	// into separate chunks and the replacement character the daemon puts
+	// in place of invalid bytes.
+	events := []api.Event{
+		{Stream: "stdout", Data: "caf\u00e9 "},
+		{Stream: "stderr", Data: "warning: \ufffd\n"},
+		{Stream: "stdout", Data: "\U0001F600\n"},
+		{Stream: "stdout", Data: "<done> & \x01\n"},
+	}
+	res := api.Result{
+		ExitCode: 3,
+		Stdout:   "caf\u00e9 \U0001F600\n<done> & \x01\n",
+		Stderr:   "warning: \ufffd\n",
+		Limits:   &api.Limits{TimeoutMs: 2000},
+	}
+	d := newFakeDaemon(t, answer(events, res))
+	env := map[string]string{"FROM_CLIENT": "v"}
+
+	got := runCLI(context.Background(), "", env, "run", "--socket", d.socket,
+		"--timeout", "2", "--memory", "128M", "--pids", "64", "--cpus", "1.5",
+		"--with", "requests", "--with", "rich>=13", "--python", "3.12",
+		"--env", "A=1", "--env", "FROM_CLIENT", "--env", "NOT_SET",
+		"-c", "print(1)", "x", "--json")
+	got.check(t, "caf\u00e9 \U0001F600\n<done> & \x01\n", "warning: \ufffd\n", 3)
+
+	req, accept := d.lastRequest(t)
+	if accept != api.StreamContentType {
+		t.Errorf("Accept = %q, want %q", accept, api.StreamContentType)
+	}
+	want := api.RunRequest{
+		Code:         "print(1)",
+		Filename:     "main.py",
+		Args:         []string{"x", "--json"},
+		Python:       "3.12",
+		Env:          map[string]string{"A": "1", "FROM_CLIENT": "v"},
+		Dependencies: []string{"requests", "rich>=13"},
+		TimeoutMs:    2000,
+		MemoryBytes:  128 << 20,
+		Pids:         64,
+		CPUs:         1.5,
+	}
+	if !reflect.DeepEqual(req, want) {
+		t.Errorf("request =\n %+v\nwant\n %+v", req, want)
+	}
+}
+
+func TestRunFile(t *testing.T) {
+	d := newFakeDaemon(t, answer(nil, api.Result{}))
+	script := filepath.Join(t.TempDir(), "job.py")
+	if err := os.WriteFile(script, []byte("import sys\nprint(sys.argv)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(context.Background(), "", nil, "--socket", d.socket, "run", script, "-v", "--", "x").check(t, "", "", 0)
+	req, _ := d.lastRequest(t)
+	if req.Code != "import sys\nprint(sys.argv)\n" || req.Filename != "job.py" ||
+		!reflect.DeepEqual(req.Args, []string{"-v", "--", "x"}) {
+		t.Errorf("request = %+v", req)
+	}
+
+	// Code on stdin, and stdin for the program.
+	runCLI(context.Background(), "print(2)\n", nil, "run", "--socket", d.socket, "-", "a").check(t, "", "", 0)
+	if req, _ := d.lastRequest(t); req.Code != "print(2)\n" || req.Filename != "main.py" || req.Stdin != "" {
+		t.Errorf("request = %+v", req)
+	}
+	runCLI(context.Background(), "42\n", nil, "run", "--socket", d.socket, "-i", "-c", "input()").check(t, "", "", 0)
+	if req, _ := d.lastRequest(t); req.Stdin != "42\n" {
+		t.Errorf("stdin = %q, want %q", req.Stdin, "42\n")
+	}
+}
+
+func TestRunSocketFromEnvironment(t *testing.T) {
+	d := newFakeDaemon(t, answer([]api.Event{{Stream: "stdout", Data: "ok\n"}}, api.Result{Stdout: "ok\n"}))
+	t.Setenv(api.SocketEnv, d.socket)
+	runCLI(context.Background(), "", nil, "run", "-c", "print('ok')").check(t, "ok\n", "", 0)
+	// --socket wins over the environment.
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket+".nope", "-c", "print('ok')")
+	if got.code != 125 || !strings.Contains(got.stderr, d.socket+".nope (--socket)") {
+		t.Errorf("got %+v, want the --socket path to be dialled", got)
+	}
+}
+
+func TestRunNotStreamed(t *testing.T) {
+	// A daemon that answers a streaming request with one result.
+	res := api.Result{ExitCode: 1, Stdout: "out\n", Stderr: "Traceback...\n"}
+	d := newFakeDaemon(t, func(w http.ResponseWriter, _ *http.Request, _ *api.RunRequest) {
+		writeJSON(w, http.StatusOK, res)
+	})
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "-c", "x").check(t, "out\n", "Traceback...\n", 1)
+}
+
+func TestRunEndings(t *testing.T) {
+	limits := &api.Limits{TimeoutMs: 1500, MemoryBytes: 64 << 20, OutputBytes: 1024}
+	for _, tc := range []struct {
+		name   string
+		events []api.Event
+		res    api.Result
+		stdout string
+		stderr string
+		code   int
+	}{{
+		name:   "timed out",
+		events: []api.Event{{Stream: "stdout", Data: "working"}},
+		res:    api.Result{ExitCode: 137, TimedOut: true, Stdout: "working", Limits: limits},
+		stdout: "working",
+		stderr: "\ncellblock: timed out after 1.5s\n",
+		code:   124,
+	}, {
+		name:   "out of memory",
+		events: []api.Event{{Stream: "stderr", Data: "allocating\n"}},
+		res:    api.Result{ExitCode: 137, OOMKilled: true, Stderr: "allocating\n", Limits: limits},
+		stderr: "allocating\ncellblock: killed: out of memory (limit 64 MiB)\n",
+		code:   137,
+	}, {
+		name:   "truncated",
+		events: []api.Event{{Stream: "stdout", Data: "yyyy\n"}},
+		res:    api.Result{StdoutTruncated: true, Stdout: "yyyy\n", Limits: limits},
+		stdout: "yyyy\n",
+		stderr: "cellblock: stdout truncated at 1024 bytes\n",
+		code:   0,
+	}, {
+		name: "exit status",
+		res:  api.Result{ExitCode: 42},
+		code: 42,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newFakeDaemon(t, answer(tc.events, tc.res))
+			runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "-c", "x").check(t, tc.stdout, tc.stderr, tc.code)
+		})
+	}
+}
+
+func TestRunRefused(t *testing.T) {
+	d := newFakeDaemon(t, refuse(http.StatusBadRequest, &api.Error{
+		Type: api.ErrOverLimit, Field: "timeout_ms", Message: "600000 is above the daemon's maximum of 300000",
+	}))
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--timeout", "10m", "-c", "x").check(t, "",
+		"cellblock: over_limit: timeout_ms: 600000 is above the daemon's maximum of 300000\n", 125)
+
+	// --json prints the object all the same, but says the run was not
+	// carried out.
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--json", "--timeout", "10m", "-c", "x")
+	if got.code != 125 || got.stderr != "" {
+		t.Errorf("--json: exit %d, stderr %q; want 125 and nothing", got.code, got.stderr)
+	}
+	var res api.Result
+	if err := json.Unmarshal([]byte(got.stdout), &res); err != nil || res.Error == nil || res.Error.Type != api.ErrOverLimit {
+		t.Errorf("--json printed %q (%v), want the result with its error", got.stdout, err)
+	}
+}
+
+func TestRunJSON(t *testing.T) {
+	res := api.Result{
+		ExitCode: 1, Stdout: "<b>caf\u00e9</b>\n", Stderr: "boom\n", TimedOut: true,
+		DurationMs: 12, CPUMs: 10, MemoryPeakBytes: 9 << 20, RunID: "r1",
+	}
+	d := newFakeDaemon(t, answer([]api.Event{{Stream: "stdout", Data: "must not appear"}}, res))
+	got := runCLI(context.Background(), "", nil, "run", "--json", "--socket", d.socket, "-c", "x")
+	if got.code != 0 || got.stderr != "" {
+		t.Errorf("exit %d, stderr %q; want 0 and nothing", got.code, got.stderr)
+	}
+	if strings.Count(got.stdout, "\n") != 1 || !strings.HasSuffix(got.stdout, "}\n") {
+		t.Errorf("stdout %q is not one JSON object on one line", got.stdout)
+	}
+	if !strings.Contains(got.stdout, `"stdout":"<b>caf\u00e9</b>\n"`) && !strings.Contains(got.stdout, `"stdout":"<b>café</b>\n"`) {
+		t.Errorf("stdout %q: output mangled", got.stdout)
+	}
+	var back map[string]any
+	if err := json.Unmarshal([]byte(got.stdout), &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"exit_code", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
+		"timed_out", "oom_killed", "duration_ms", "cpu_ms", "memory_peak_bytes", "error"} {
+		if _, ok := back[field]; !ok {
+			t.Errorf("result object lacks %q", field)
+		}
+	}
+	if _, accept := d.lastRequest(t); accept != "application/json" {
+		t.Errorf("Accept = %q, want application/json", accept)
+	}
+}
+
+func TestRunInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		json bool
+		want int
+	}{
+		{syscall.SIGINT, false, 130},
+		{syscall.SIGTERM, false, 143},
+		{syscall.SIGINT, true, 130},
+	} {
+		started := make(chan struct{})
+		gone := make(chan struct{})
+		d := newFakeDaemon(t, func(w http.ResponseWriter, r *http.Request, _ *api.RunRequest) {
+			if r.Header.Get("Accept") == api.StreamContentType {
+				w.Header().Set("Content-Type", api.StreamContentType)
+				json.NewEncoder(w).Encode(api.Event{Stream: "stdout", Data: "tick\n"})
+			}
+			w.(http.Flusher).Flush()
+			close(started)
+			select {
+			case <-r.Context().Done():
+				close(gone)
+			case <-time.After(10 * time.Second):
+			}
+		})
+		ctx, cancel := context.WithCancelCause(context.Background())
+		go func() {
+			<-started
+			cancel(&interrupted{sig: tc.sig})
+		}()
+		args := []string{"run", "--socket", d.socket, "-c", "while True: pass"}
+		if tc.json {
+			args = append(args, "--json")
+		}
+		got := runCLI(ctx, "", nil, args...)
+		if got.code != tc.want || !strings.Contains(got.stderr, "interrupted") {
+			t.Errorf("%v: exit %d, stderr %q; want %d and a note", tc.sig, got.code, got.stderr, tc.want)
+		}
+		select {
+		case <-gone:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%v: the daemon did not see the client go away", tc.sig)
+		}
+	}
+}
+
+func TestSignalsCancel(t *testing.T) {
+	ctx, stop := withSignals(context.Background())
+	defer stop()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGINT did not cancel the context")
+	}
+	if got := interruptedStatus(ctx); got != 130 {
+		t.Errorf("status after SIGINT = %d, want 130", got)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	missing := filepath.Join(dir, "missing.sock")
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.Listen("unix", stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+
+	for _, tc := range []struct {
+		socket string
+		want   []string
+	}{
+		{missing, []string{"cellblock: cannot reach cellblockd at " + missing + ": there is no socket there",
+			"systemctl status cellblockd", "--socket PATH or $CELLBLOCK_SOCKET"}},
+		{stale, []string{"nothing is listening", "systemctl status cellblockd"}},
+	} {
+		for _, args := range [][]string{
+			{"run", "--socket", tc.socket, "-c", "x"},
+			{"run", "--socket", tc.socket, "--json", "-c", "x"},
+			{"info", "--socket", tc.socket},
+		} {
+			got := runCLI(context.Background(), "", nil, args...)
+			if got.code != 125 || got.stdout != "" {
+				t.Errorf("%q: exit %d, stdout %q; want 125 and nothing", args, got.code, got.stdout)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got.stderr, w) {
+					t.Errorf("%q: stderr %q lacks %q", args, got.stderr, w)
+				}
+			}
+		}
+	}
+	if got := runCLI(context.Background(), "", nil, "health", "--socket", missing); got.code != 1 {
+		t.Errorf("health: exit %d, want 1", got.code)
+	}
+
+	if os.Geteuid() == 0 {
+		t.Log("skipping the permission check: root may open any socket")
+		return
+	}
+	d := newFakeDaemon(t, answer(nil, api.Result{}))
+	if err := os.Chmod(d.socket, 0); err != nil {
+		t.Fatal(err)
+	}
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "-c", "x")
+	if got.code != 125 || !strings.Contains(got.stderr, "permission denied") || !strings.Contains(got.stderr, `"cellblock" group`) {
+		t.Errorf("exit %d, stderr %q; want 125 and a word about the group", got.code, got.stderr)
+	}
+}
+
+func TestInfo(t *testing.T) {
+	d := newFakeDaemon(t, nil)
+	got := runCLI(context.Background(), "", nil, "info", "--json", "--socket", d.socket)
+	if got.code != 0 || got.stderr != "" || strings.Count(got.stdout, "\n") != 1 {
+		t.Fatalf("info --json: %+v", got)
+	}
+	var info api.Info
+	if err := json.Unmarshal([]byte(got.stdout), &info); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(info, testInfo) {
+		t.Errorf("info --json = %+v, want %+v", info, testInfo)
+	}
+
+	got = runCLI(context.Background(), "", nil, "--socket", d.socket, "info")
+	if got.code != 0 || got.stderr != "" {
+		t.Fatalf("info: %+v", got)
+	}
+	for _, want := range []string{"0.1.0-test", "3.11.2, 3.12.3 (default)", "v2", "user namespace", "yes",
+		"256 MiB", "4 GiB", "30s", "5m", "1024", "4 at once", "uv"} {
+		if !strings.Contains(got.stdout, want) {
+			t.Errorf("info lacks %q:\n%s", want, got.stdout)
+		}
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	d := newFakeDaemon(t, answer(nil, api.Result{}))
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		stdoutHas  string
+		stderrHas  string
+		noDaemonOK bool
+	}{
+		{args: nil, code: 2, stderrHas: "Commands:"},
+		{args: []string{"bogus"}, code: 2, stderrHas: `unknown command "bogus"`},
+		{args: []string{"env"}, code: 2, stderrHas: `unknown command "env"`},
+		{args: []string{"--bogus"}, code: 2, stderrHas: "-bogus"},
+		{args: []string{"help"}, code: 0, stdoutHas: "run "},
+		{args: []string{"-h"}, code: 0, stdoutHas: "Commands:"},
+		{args: []string{"--help"}, code: 0, stdoutHas: "Commands:"},
+		{args: []string{"help", "run"}, code: 0, stdoutHas: "--memory SIZE"},
+		{args: []string{"help", "nope"}, code: 2, stderrHas: "unknown command"},
+		{args: []string{"run", "-h"}, code: 0, stdoutHas: "--with REQUIREMENT"},
+		{args: []string{"run", "--help"}, code: 0, stdoutHas: "Exit status"},
+		{args: []string{"info", "-h"}, code: 0, stdoutHas: "--json"},
+		{args: []string{"run"}, code: 2, stderrHas: "missing FILE, -c CODE or -"},
+		{args: []string{"run", "--memory", "lots", "x.py"}, code: 2, stderrHas: "-memory"},
+		{args: []string{"run", "--timeout", "soon", "x.py"}, code: 2, stderrHas: "-timeout"},
+		{args: []string{"run", "--python", "latest", "-c", "x"}, code: 2, stderrHas: "--python"},
+		{args: []string{"run", "/nonexistent/x.py"}, code: 2, stderrHas: "no such file"},
+		{args: []string{"info", "extra"}, code: 2, stderrHas: "unexpected argument"},
+		{args: []string{"version"}, code: 0, stdoutHas: "cellblock "},
+		{args: []string{"--version"}, code: 0, stdoutHas: "cellblock "},
+		{args: []string{"--socket", d.socket, "health"}, code: 0, stdoutHas: "ok"},
+	} {
+		got := runCLI(context.Background(), "", nil, tc.args...)
+		if got.code != tc.code || !strings.Contains(got.stdout, tc.stdoutHas) || !strings.Contains(got.stderr, tc.stderrHas) {
+			t.Errorf("cellblock %q: exit %d, stdout %q, stderr %q; want %d, %q in stdout, %q in stderr",
+				tc.args, got.code, got.stdout, got.stderr, tc.code, tc.stdoutHas, tc.stderrHas)
+		}
+	}
+}
+
+// TestOutputBytes checks that bytes written by the program reach the
+// terminal exactly, whatever the chunking.
+func TestOutputBytes(t *testing.T) {
+	var events []api.Event
+	var want bytes.Buffer
+	for i := range 1000 {
+		s := strings.Repeat("\u00e9\U0001F600x", i%7) + "\n"
+		events = append(events, api.Event{Stream: "stdout", Data: s})
+		want.WriteString(s)
+	}
+	d := newFakeDaemon(t, answer(events, api.Result{Stdout: want.String()}))
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "-c", "x")
+	if got.stdout != want.String() || got.code != 0 {
+		t.Errorf("output differs (%d bytes, want %d), exit %d", len(got.stdout), want.Len(), got.code)
+	}
+}

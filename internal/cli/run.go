@@ -1,0 +1,603 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// runCmd is "cellblock run".
+type runCmd struct{}
+
+func (runCmd) name() string     { return "run" }
+func (runCmd) synopsis() string { return "run a Python program in a fresh sandbox" }
+func (runCmd) usage() string {
+	return `Usage:
+  cellblock run [flags] FILE.py [ARGS...]
+  cellblock run [flags] -c CODE [ARGS...]
+  cellblock run [flags] - [ARGS...]            (code on standard input)
+
+Runs a Python program in a fresh sandbox of cellblockd and prints its
+standard output and error as it runs. Flags come before FILE, -c CODE or -;
+everything after those is the program's sys.argv[1:]. -- ends the flags.
+Unset limits take the daemon's defaults (see 'cellblock info').
+PEP 723 inline metadata (# /// script) in the code is honoured.
+
+Flags:
+  -c CODE              run CODE instead of a file
+  --timeout DURATION   wall-clock limit: 5s, 1m30s, 500ms, or seconds (2, 0.5)
+  --memory SIZE        memory limit of the whole run: 128M, 1.5G, 512MiB
+                       (units of 1024; a plain number is bytes)
+  --pids N             most processes and threads at once
+  --cpus N             CPU quota in cores: 0.5, 2
+  --with REQUIREMENT   add a dependency, as in 'uv run --with' (repeatable):
+                       --with requests --with 'rich>=13'
+  --python VERSION     interpreter to use, by version prefix: 3.12
+  --env KEY=VALUE      set a variable for the program (repeatable); a bare
+                       KEY copies its value from this environment
+  -i, --stdin          pass this command's standard input to the program
+                       (read to the end before the run starts; at most 1 MiB)
+  --json               print one JSON result object on stdout instead of the
+                       output, and exit 0 whenever the run was carried out
+  --socket PATH        the daemon's socket (else $CELLBLOCK_SOCKET, else
+                       /run/cellblock/cellblockd.sock)
+
+Exit status:
+  the program's own exit status, or
+  124  the timeout ended the run
+  137  the memory limit ended the run
+  125  the run could not be carried out: cellblockd refused it, failed,
+       or could not be reached
+  130  interrupted by Ctrl-C (143 by SIGTERM); the run is stopped
+    2  bad command line
+  With --json: 0 when the run was carried out, 125 when not.
+`
+}
+
+// defaultFilename is the script's name in the jail for -c and stdin code,
+// and for files whose own name would not do.
+const defaultFilename = "main.py"
+
+// runOptions is cellblock run's parsed command line.
+type runOptions struct {
+	// req holds what the flags set: limits, dependencies, interpreter,
+	// environment. Code, filename, args and stdin are filled in later.
+	req api.RunRequest
+	// code is the -c argument; codeSet tells -c '' from no -c.
+	code    string
+	codeSet bool
+	// script is FILE, or "-" for code on stdin; empty with -c.
+	script string
+	// args are the program's arguments.
+	args []string
+	// json asks for the result object instead of the output.
+	json bool
+	// stdin passes the client's standard input to the program.
+	stdin bool
+}
+
+func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
+	fs := inv.newFlagSet("run")
+	fs.Var(&codeValue{o}, "c", "")
+	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
+	fs.Var(sizeValue{&o.req.MemoryBytes}, "memory", "")
+	fs.Var(countValue{&o.req.Pids}, "pids", "")
+	fs.Var(cpusValue{&o.req.CPUs}, "cpus", "")
+	fs.Var(listValue{&o.req.Dependencies}, "with", "")
+	fs.StringVar(&o.req.Python, "python", "", "")
+	fs.Var(envValue{&o.req.Env, inv.lookupEnv}, "env", "")
+	fs.BoolVar(&o.stdin, "i", false, "")
+	fs.BoolVar(&o.stdin, "stdin", false, "")
+	fs.BoolVar(&o.json, "json", false, "")
+	return fs
+}
+
+var errNoProgram = errors.New("missing FILE, -c CODE or -")
+
+// parseRun parses cellblock run's arguments. It returns flag.ErrHelp when
+// help was asked for; other errors are a bad command line.
+func (inv *invocation) parseRun(args []string) (*runOptions, error) {
+	o := &runOptions{}
+	fs := inv.runFlags(o)
+	// As in python, -c CODE ends the flags: what follows is argv even
+	// when it looks like a flag. The flag package would go on parsing,
+	// so the arguments are cut after CODE first.
+	head, rest := args, []string(nil)
+	if n := endOfCode(fs, args); n >= 0 {
+		head, rest = args[:n], args[n:]
+	}
+	if err := fs.Parse(head); err != nil {
+		return nil, err
+	}
+	if o.codeSet {
+		o.args = rest
+		return o, nil
+	}
+	pos := fs.Args()
+	if len(pos) == 0 {
+		return nil, errNoProgram
+	}
+	o.script, o.args = pos[0], pos[1:]
+	return o, nil
+}
+
+// endOfCode returns the index just past "-c CODE" when -c is among the
+// leading flags of args, or -1. It walks the flags as the flag package
+// does and stops where that would stop.
+func endOfCode(fs *flag.FlagSet, args []string) int {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return -1
+		}
+		name := strings.TrimPrefix(a[1:], "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		if name == "c" {
+			if hasValue {
+				return i + 1
+			}
+			return min(i+2, len(args))
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			return -1 // Parse reports it.
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); hasValue || ok && b.IsBoolFlag() {
+			continue
+		}
+		i++ // the flag's value
+	}
+	return -1
+}
+
+func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
+	o, err := inv.parseRun(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(inv.stdout, c.usage())
+		return exitOK
+	case err != nil:
+		return inv.usageError(c, "%v", err)
+	}
+	req, err := o.request(ctx, inv)
+	if err != nil {
+		if ctx.Err() != nil {
+			return inv.failure(ctx, err)
+		}
+		return inv.usageError(c, "%v", err)
+	}
+	cl := inv.newClient()
+
+	if o.json {
+		res, err := cl.Run(ctx, req)
+		if err != nil {
+			return inv.failure(ctx, err)
+		}
+		if ctx.Err() != nil {
+			return inv.failure(ctx, ctx.Err())
+		}
+		enc := json.NewEncoder(inv.stdout)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(inv.stderr, "cellblock: write result: %v\n", err)
+			return exitFailed
+		}
+		return exitStatus(res, true)
+	}
+
+	out := &liveOutput{stdout: inv.stdout, stderr: inv.stderr}
+	res, err := cl.RunStream(ctx, req, out.write)
+	if err != nil {
+		return inv.failure(ctx, err)
+	}
+	if ctx.Err() != nil {
+		return inv.failure(ctx, ctx.Err())
+	}
+	// A daemon that answered with one result instead of a stream sent
+	// no chunks: the output is in the result.
+	if !out.seen["stdout"] {
+		out.write("stdout", res.Stdout)
+	}
+	if !out.seen["stderr"] {
+		out.write("stderr", res.Stderr)
+	}
+	for _, note := range notes(res, req) {
+		if out.last != 0 && out.last != '\n' {
+			note = "\n" + note
+			out.last = '\n'
+		}
+		fmt.Fprintln(inv.stderr, note)
+	}
+	return exitStatus(res, false)
+}
+
+// liveOutput copies streamed output to the client's stdout and stderr as
+// it arrives.
+type liveOutput struct {
+	stdout, stderr io.Writer
+	// seen records the streams that delivered at least one chunk.
+	seen map[string]bool
+	// last is the last byte written to either stream, 0 before any:
+	// notes start on a line of their own.
+	last byte
+}
+
+func (l *liveOutput) write(stream, data string) {
+	if l.seen == nil {
+		l.seen = make(map[string]bool)
+	}
+	l.seen[stream] = true
+	if data == "" {
+		return
+	}
+	w := l.stdout
+	if stream == "stderr" {
+		w = l.stderr
+	} else if stream != "stdout" {
+		return
+	}
+	// A failed write (a closed pipe) must not end the wait for the
+	// result; the exit status still reports the run.
+	_, _ = io.WriteString(w, data)
+	l.last = data[len(data)-1]
+}
+
+// notes are the lines cellblock adds on stderr after the program's
+// output, saying why the run ended as it did.
+func notes(res *api.Result, req *api.RunRequest) []string {
+	var limits api.Limits
+	if res.Limits != nil {
+		limits = *res.Limits
+	}
+	pick := func(applied, asked int64) int64 {
+		if applied > 0 {
+			return applied
+		}
+		return asked
+	}
+	var n []string
+	if res.Error != nil {
+		n = append(n, "cellblock: "+res.Error.Error())
+	}
+	for _, t := range []struct {
+		name      string
+		truncated bool
+	}{{"stdout", res.StdoutTruncated}, {"stderr", res.StderrTruncated}} {
+		if !t.truncated {
+			continue
+		}
+		if b := pick(limits.OutputBytes, req.OutputBytes); b > 0 {
+			n = append(n, fmt.Sprintf("cellblock: %s truncated at %d bytes", t.name, b))
+		} else {
+			n = append(n, fmt.Sprintf("cellblock: %s truncated at the output limit", t.name))
+		}
+	}
+	if res.TimedOut {
+		if ms := pick(limits.TimeoutMs, req.TimeoutMs); ms > 0 {
+			n = append(n, "cellblock: timed out after "+formatMillis(ms))
+		} else {
+			n = append(n, "cellblock: timed out")
+		}
+	}
+	if res.OOMKilled {
+		if b := pick(limits.MemoryBytes, req.MemoryBytes); b > 0 {
+			n = append(n, fmt.Sprintf("cellblock: killed: out of memory (limit %s MiB)", formatUnits(b, mib)))
+		} else {
+			n = append(n, "cellblock: killed: out of memory")
+		}
+	}
+	return n
+}
+
+// request builds the run request: the code from -c, FILE or stdin, the
+// arguments, and stdin with -i. Errors are the user's to fix.
+func (o *runOptions) request(ctx context.Context, inv *invocation) (*api.RunRequest, error) {
+	req := o.req
+	req.Args = o.args
+	req.Filename = defaultFilename
+	source := "-c"
+	switch {
+	case o.codeSet:
+		req.Code = o.code
+	case o.script == "-":
+		source = "standard input"
+		if o.stdin {
+			return nil, errors.New("-i/--stdin cannot be used with -: standard input holds the code")
+		}
+		b, err := readLimited(ctx, inv.stdin, api.MaxCodeBytes)
+		if err != nil {
+			return nil, fmt.Errorf("read code from standard input: %w", err)
+		}
+		req.Code = string(b)
+	default:
+		source = o.script
+		b, err := readFile(ctx, o.script, api.MaxCodeBytes)
+		if err != nil {
+			return nil, err
+		}
+		req.Code = string(b)
+		req.Filename = scriptFilename(o.script)
+	}
+	if !utf8.ValidString(req.Code) {
+		return nil, fmt.Errorf("%s: the code is not UTF-8 text, which is all cellblockd takes", source)
+	}
+	if req.Code == "" {
+		// python runs an empty program and exits 0; the daemon
+		// wants some code.
+		req.Code = "\n"
+	}
+	if o.stdin {
+		b, err := readLimited(ctx, inv.stdin, api.MaxStdinBytes)
+		if err != nil {
+			return nil, fmt.Errorf("read standard input for the program: %w", err)
+		}
+		if !utf8.Valid(b) {
+			return nil, errors.New("--stdin: standard input is not UTF-8 text, which is all cellblockd passes on")
+		}
+		req.Stdin = string(b)
+	}
+	for i, a := range req.Args {
+		if !utf8.ValidString(a) {
+			return nil, fmt.Errorf("argument %d (%q) is not UTF-8 text, which is all cellblockd passes on", i+1, a)
+		}
+	}
+	if e := req.Validate(); e != nil {
+		return nil, errors.New(describeInvalid(e, &req, source))
+	}
+	return &req, nil
+}
+
+// describeInvalid words a validation error in terms of the command line.
+func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
+	field, index := e.Field, -1
+	if base, rest, ok := strings.Cut(field, "["); ok {
+		if i, err := strconv.Atoi(strings.TrimSuffix(rest, "]")); err == nil {
+			field, index = base, i
+		}
+	}
+	what := e.Field
+	switch field {
+	case "code":
+		what = source
+	case "args":
+		what = "ARGS"
+		if index >= 0 {
+			what = fmt.Sprintf("argument %d", index+1)
+		}
+	case "stdin":
+		what = "--stdin"
+	case "python":
+		what = "--python"
+	case "env":
+		what = "--env"
+	case "dependencies":
+		what = "--with"
+		if index >= 0 && index < len(req.Dependencies) {
+			what = fmt.Sprintf("--with %q", req.Dependencies[index])
+		}
+	case "timeout_ms":
+		what = "--timeout"
+	case "memory_bytes":
+		what = "--memory"
+	case "pids":
+		what = "--pids"
+	case "cpus":
+		what = "--cpus"
+	}
+	return what + ": " + e.Message
+}
+
+// scriptFilename is the name the script gets in the jail: FILE's base
+// name when it is a plain, sensible file name, else main.py.
+func scriptFilename(path string) string {
+	name := filepath.Base(path)
+	if name == "" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "-") ||
+		len(name) > api.MaxFilenameLen || !utf8.ValidString(name) ||
+		strings.ContainsFunc(name, func(r rune) bool { return r == '/' || !unicode.IsPrint(r) && r != ' ' }) {
+		return defaultFilename
+	}
+	if (&api.RunRequest{Code: "\n", Filename: name}).Validate() != nil {
+		return defaultFilename
+	}
+	return name
+}
+
+// readFile reads at most limit bytes of the file at path.
+func readFile(ctx context.Context, path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := readLimited(ctx, f, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// readLimited reads r to its end, refusing more than limit bytes. It
+// gives up when ctx is cancelled (a terminal may never send EOF); the
+// reading goroutine is then left behind, which is fine as cellblock is
+// about to exit.
+func readLimited(ctx context.Context, r io.Reader, limit int64) ([]byte, error) {
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, limit+1))
+		done <- read{b, err}
+	}()
+	select {
+	case rd := <-done:
+		if rd.err != nil {
+			return nil, rd.err
+		}
+		if int64(len(rd.b)) > limit {
+			return nil, fmt.Errorf("more than %s, the most cellblockd takes", formatSize(limit))
+		}
+		return rd.b, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// Flag values.
+
+// codeValue is -c CODE.
+type codeValue struct{ o *runOptions }
+
+func (v *codeValue) String() string {
+	if v == nil || v.o == nil {
+		return ""
+	}
+	return v.o.code
+}
+
+func (v *codeValue) Set(s string) error {
+	v.o.code, v.o.codeSet = s, true
+	return nil
+}
+
+// timeoutValue is --timeout, in milliseconds.
+type timeoutValue struct{ ms *int64 }
+
+func (v timeoutValue) String() string {
+	if v.ms == nil || *v.ms == 0 {
+		return ""
+	}
+	return formatMillis(*v.ms)
+}
+
+func (v timeoutValue) Set(s string) error {
+	ms, err := parseTimeout(s)
+	if err != nil {
+		return err
+	}
+	*v.ms = ms
+	return nil
+}
+
+// sizeValue is a byte count such as --memory 128M.
+type sizeValue struct{ bytes *int64 }
+
+func (v sizeValue) String() string {
+	if v.bytes == nil {
+		return ""
+	}
+	return strconv.FormatInt(*v.bytes, 10)
+}
+
+func (v sizeValue) Set(s string) error {
+	b, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*v.bytes = b
+	return nil
+}
+
+// countValue is a non-negative integer such as --pids 64.
+type countValue struct{ n *int64 }
+
+func (v countValue) String() string {
+	if v.n == nil {
+		return ""
+	}
+	return strconv.FormatInt(*v.n, 10)
+}
+
+func (v countValue) Set(s string) error {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n < 0 {
+		return errors.New("not a whole number such as 64")
+	}
+	*v.n = n
+	return nil
+}
+
+// cpusValue is --cpus, in cores.
+type cpusValue struct{ cpus *float64 }
+
+func (v cpusValue) String() string {
+	if v.cpus == nil {
+		return ""
+	}
+	return formatCPUs(*v.cpus)
+}
+
+func (v cpusValue) Set(s string) error {
+	c, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		return errors.New("not a number of cores such as 0.5 or 2")
+	}
+	*v.cpus = c
+	return nil
+}
+
+// listValue collects a repeatable flag such as --with.
+type listValue struct{ list *[]string }
+
+func (v listValue) String() string {
+	if v.list == nil {
+		return ""
+	}
+	return strings.Join(*v.list, " ")
+}
+
+func (v listValue) Set(s string) error {
+	*v.list = append(*v.list, s)
+	return nil
+}
+
+// envValue collects --env KEY=VALUE; a bare KEY takes the value from the
+// client's environment and is left out when unset there, as docker -e does.
+type envValue struct {
+	env    *map[string]string
+	lookup func(string) (string, bool)
+}
+
+func (v envValue) String() string {
+	if v.env == nil {
+		return ""
+	}
+	var kv []string
+	for k, val := range *v.env {
+		kv = append(kv, k+"="+val)
+	}
+	return strings.Join(kv, " ")
+}
+
+func (v envValue) Set(s string) error {
+	key, val, ok := strings.Cut(s, "=")
+	if key == "" {
+		return errors.New("want KEY=VALUE or KEY")
+	}
+	if !ok {
+		if val, ok = v.lookup(key); !ok {
+			return nil
+		}
+	}
+	if !utf8.ValidString(val) {
+		return fmt.Errorf("the value of %s is not UTF-8 text", key)
+	}
+	if *v.env == nil {
+		*v.env = make(map[string]string)
+	}
+	(*v.env)[key] = val
+	return nil
+}

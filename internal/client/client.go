@@ -1,0 +1,185 @@
+// Package client talks to cellblockd over its Unix socket. It is used by the
+// cellblock CLI and the MCP server and must stay free of cgo and of anything
+// that needs privileges.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// ErrUnreachable wraps failures to reach the daemon at all.
+var ErrUnreachable = errors.New("cellblockd is not reachable")
+
+// SocketPath picks the socket: flag, else $CELLBLOCK_SOCKET, else the default.
+func SocketPath(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if s := os.Getenv(api.SocketEnv); s != "" {
+		return s
+	}
+	return api.DefaultSocket
+}
+
+// Client is a connection pool to one daemon socket. It is safe for
+// concurrent use.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// New returns a client for the daemon listening on socket.
+func New(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 16,
+	}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// Socket returns the socket path the client dials.
+func (c *Client) Socket() string { return c.socket }
+
+// Run carries out one run and returns its result. A run the daemon refused
+// (bad request, over a limit, busy, ...) comes back as a Result whose Error
+// is set, with a nil error; the error is for failures to talk to the daemon.
+// Cancelling ctx makes the daemon kill the run.
+func (c *Client) Run(ctx context.Context, req *api.RunRequest) (*api.Result, error) {
+	resp, err := c.post(ctx, req, "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return decodeResult(resp)
+}
+
+// RunStream carries out one run, calling onOutput for each chunk of output
+// as the program writes it, and returns the result as Run does.
+func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput func(stream, data string)) (*api.Result, error) {
+	resp, err := c.post(ctx, req, api.StreamContentType)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	// Errors come back as one JSON result; so does the answer of a
+	// daemon that does not stream. Media type parameters (charset) are
+	// allowed.
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != api.StreamContentType {
+		return decodeResult(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for sc.Scan() {
+		var ev api.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return nil, fmt.Errorf("decode event from cellblockd: %w", err)
+		}
+		if ev.Result != nil {
+			return ev.Result, nil
+		}
+		if onOutput != nil && ev.Stream != "" {
+			onOutput(ev.Stream, ev.Data)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read events from cellblockd: %w", err)
+	}
+	return nil, errors.New("cellblockd ended the stream without a result")
+}
+
+// Info returns the daemon's description of itself.
+func (c *Client) Info(ctx context.Context) (*api.Info, error) {
+	var info api.Info
+	if err := c.get(ctx, api.PathInfo, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Health reports whether the daemon answers.
+func (c *Client) Health(ctx context.Context) error {
+	var h api.Health
+	return c.get(ctx, api.PathHealth, &h)
+}
+
+func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (*http.Response, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", accept)
+	return c.do(hreq)
+}
+
+func (c *Client) get(ctx context.Context, path string, v any) error {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://cellblockd"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(hreq)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read %s from cellblockd: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var r api.Result
+		if json.Unmarshal(data, &r) == nil && r.Error != nil {
+			return r.Error
+		}
+		return fmt.Errorf("cellblockd answered %s for %s", resp.Status, path)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s from cellblockd: %w", path, err)
+	}
+	return nil
+}
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if req.Context().Err() != nil {
+			return nil, req.Context().Err()
+		}
+		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.socket, err)
+	}
+	return resp, nil
+}
+
+func decodeResult(resp *http.Response) (*api.Result, error) {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
+	if err != nil {
+		return nil, fmt.Errorf("read result from cellblockd: %w", err)
+	}
+	var r api.Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode result from cellblockd (%s): %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK && r.Error == nil {
+		r.Error = &api.Error{Type: api.ErrInternal, Message: "cellblockd answered " + resp.Status}
+	}
+	return &r, nil
+}

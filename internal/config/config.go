@@ -1,0 +1,182 @@
+// Package config holds cellblockd's configuration: one struct with a
+// comment on every field, defaults as named constants, and Validate. It
+// reads nothing from the system.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// Defaults.
+const (
+	DefaultSocket        = api.DefaultSocket
+	DefaultStateDir      = "/var/lib/cellblock"
+	DefaultSocketGroup   = "cellblock"
+	DefaultCgroupName    = "cellblock"
+	DefaultQueueSize     = 64
+	DefaultUserNSBase    = 1_000_000_000
+	DefaultUserNSSize    = 65536
+	DefaultShutdownGrace = 30 * time.Second
+	DefaultOpenFiles     = 1024
+
+	DefaultTimeout     = 30 * time.Second
+	DefaultMemory      = 256 << 20
+	DefaultPids        = 64
+	DefaultCPUs        = 1.0
+	DefaultOutputBytes = 1 << 20
+	DefaultTmpBytes    = 64 << 20
+
+	MaxTimeout     = 10 * time.Minute
+	MaxMemory      = 4 << 30
+	MaxPids        = 1024
+	MaxOutputBytes = 64 << 20
+	MaxTmpBytes    = 1 << 30
+)
+
+// Config is cellblockd's whole configuration.
+type Config struct {
+	// Socket is the Unix socket the API is served on (unless systemd
+	// passes one by socket activation).
+	Socket string
+	// StateDir holds the Python rootfs store, dependency environments and
+	// the jails' state.
+	StateDir string
+	// CgroupName names the daemon's subtree of run cgroups below its own
+	// cgroup; a restarted daemon sweeps what it finds there.
+	CgroupName string
+	// SocketGroup is the group the socket is given (mode 0660) and whose
+	// members may use the daemon; empty or a missing group means root only
+	// (plus AllowUIDs).
+	SocketGroup string
+	// AllowUIDs may use the daemon besides root and SocketGroup's members.
+	AllowUIDs []int
+	// Python is the interpreter the default rootfs is built from on first
+	// start; empty means python3 on PATH.
+	Python string
+	// InitBinary is the static cellblock-init; empty means the file of that
+	// name beside the daemon's executable.
+	InitBinary string
+	// MaxConcurrent is how many runs execute at once; 0 means the number
+	// of CPUs.
+	MaxConcurrent int
+	// QueueSize is how many runs may wait for a slot; beyond it the daemon
+	// answers 429.
+	QueueSize int
+	// UserNS selects user namespaces: "auto" (when the kernel allows),
+	// "on" (required) or "off".
+	UserNS string
+	// UserNSBase is the first host id the jail's ids map onto; the range
+	// [UserNSBase, UserNSBase+DefaultUserNSSize) must own nothing on the
+	// host.
+	UserNSBase int64
+	// ShutdownGrace is how long SIGTERM lets runs in flight finish before
+	// they are killed.
+	ShutdownGrace time.Duration
+	// Defaults apply to requests that leave a limit unset.
+	Defaults api.Limits
+	// Maxima cap what a request may ask for.
+	Maxima api.Limits
+	// IndexURL, FindLinks and NoIndex say where dependencies come from, as
+	// in uv and pip.
+	IndexURL  string
+	FindLinks []string
+	NoIndex   bool
+	// LogFormat is "text", "json" or "auto" (JSON unless on a terminal).
+	LogFormat string
+}
+
+// Default returns the default configuration.
+func Default() Config {
+	cpus := float64(runtime.NumCPU())
+	return Config{
+		Socket:        DefaultSocket,
+		StateDir:      DefaultStateDir,
+		SocketGroup:   DefaultSocketGroup,
+		CgroupName:    DefaultCgroupName,
+		QueueSize:     DefaultQueueSize,
+		UserNS:        "auto",
+		UserNSBase:    DefaultUserNSBase,
+		ShutdownGrace: DefaultShutdownGrace,
+		LogFormat:     "auto",
+		Defaults: api.Limits{
+			TimeoutMs:   DefaultTimeout.Milliseconds(),
+			MemoryBytes: DefaultMemory,
+			Pids:        DefaultPids,
+			CPUs:        min(DefaultCPUs, cpus),
+			OutputBytes: DefaultOutputBytes,
+			TmpBytes:    DefaultTmpBytes,
+		},
+		Maxima: api.Limits{
+			TimeoutMs:   MaxTimeout.Milliseconds(),
+			MemoryBytes: MaxMemory,
+			Pids:        MaxPids,
+			CPUs:        cpus,
+			OutputBytes: MaxOutputBytes,
+			TmpBytes:    MaxTmpBytes,
+		},
+	}
+}
+
+// Validate checks the configuration and fills derived defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.Socket) {
+		errs = append(errs, fmt.Errorf("--socket %q must be an absolute path", c.Socket))
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("--state-dir %q must be an absolute path", c.StateDir))
+	}
+	if !validCgroupName(c.CgroupName) {
+		errs = append(errs, fmt.Errorf("--cgroup-name %q must be 1-64 of [a-zA-Z0-9_-] starting with cellblock", c.CgroupName))
+	}
+	if c.MaxConcurrent == 0 {
+		c.MaxConcurrent = runtime.NumCPU()
+	}
+	if c.MaxConcurrent < 1 || c.MaxConcurrent > 1024 {
+		errs = append(errs, fmt.Errorf("--max-concurrent %d must be between 1 and 1024", c.MaxConcurrent))
+	}
+	if c.QueueSize < 0 || c.QueueSize > 100000 {
+		errs = append(errs, fmt.Errorf("--queue %d must be between 0 and 100000", c.QueueSize))
+	}
+	switch c.UserNS {
+	case "auto", "on", "off":
+	default:
+		errs = append(errs, fmt.Errorf("--userns %q must be auto, on or off", c.UserNS))
+	}
+	if c.UserNSBase < 65536 || c.UserNSBase+DefaultUserNSSize > 1<<32-2 {
+		errs = append(errs, fmt.Errorf("--userns-base %d is out of range", c.UserNSBase))
+	}
+	switch c.LogFormat {
+	case "auto", "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q must be auto, text or json", c.LogFormat))
+	}
+	if c.NoIndex && c.IndexURL != "" {
+		errs = append(errs, errors.New("--no-index and --index-url exclude each other"))
+	}
+	d, m := c.Defaults, c.Maxima
+	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||
+		d.Pids <= 0 || d.Pids > m.Pids || d.CPUs <= 0 || d.CPUs > m.CPUs ||
+		d.OutputBytes <= 0 || d.OutputBytes > m.OutputBytes || d.TmpBytes <= 0 || d.TmpBytes > m.TmpBytes {
+		errs = append(errs, fmt.Errorf("default limits %+v must be positive and within the maxima %+v", d, m))
+	}
+	return errors.Join(errs...)
+}
+
+func validCgroupName(n string) bool {
+	if len(n) > 64 || len(n) < len("cellblock") || n[:len("cellblock")] != "cellblock" {
+		return false
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

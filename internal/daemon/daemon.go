@@ -1,0 +1,246 @@
+// Package daemon is cellblockd: it parses the command line, prepares the
+// host side (state directory, cgroup subtree, rootfs store, sweep of what a
+// crashed daemon left), listens on the Unix socket (or the one systemd
+// passes) and serves the API until SIGTERM, then drains and exits 0.
+//
+// It wires packages together and owns their lifetimes; the work itself is
+// in nsjail, cgroup, seccomp, rootfs and internal/server.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/rootfs"
+	"github.com/cellblock/cellblock/seccomp"
+)
+
+// Version is set at build time.
+var Version = "dev"
+
+// Main runs cellblockd with args (without the program name) and returns
+// the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "rootfs" {
+		return rootfsMain(args[1:], stdout, stderr)
+	}
+	cfg := config.Default()
+	fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var allowUIDs intList
+	var findLinks stringList
+	flags(fs, &cfg, &allowUIDs, &findLinks)
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: cellblockd [flags]\n       cellblockd rootfs import --python PATH [--state-dir DIR]\n       cellblockd rootfs ls [--state-dir DIR]\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, "cellblockd", Version)
+		return 0
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cellblockd: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.AllowUIDs = allowUIDs
+	cfg.FindLinks = findLinks
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "cellblockd: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg.LogFormat, stderr)
+	if err := run(cfg, log); err != nil {
+		log.Error("cellblockd failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && os.Getenv("JOURNAL_STREAM") == "" {
+			if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+				format = "text"
+			}
+		}
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// run is the daemon's life: set up, serve, drain, clean up.
+func run(cfg config.Config, log *slog.Logger) error {
+	// Signals first, so that a SIGTERM during start-up is not lost.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if !seccomp.Enabled {
+		return errors.New("seccomp support is not compiled in (build with cgo and -tags seccomp); refusing to run jails without it")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("cellblockd must run as root: it builds namespaces, mounts and cgroups")
+	}
+	initBinary, err := findInit(cfg.InitBinary)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	// Jails in a user namespace must be able to reach the rootfs.
+	if err := os.Chmod(cfg.StateDir, 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+
+	cgRoot, err := cgroup.OpenRoot(cfg.CgroupName)
+	if err != nil {
+		return fmt.Errorf("cgroup subtree: %w", err)
+	}
+	defer cgRoot.Close()
+	if n, err := cgRoot.Sweep(); err != nil {
+		return fmt.Errorf("sweep leftover run cgroups: %w", err)
+	} else if n > 0 {
+		log.Warn("removed run cgroups a previous daemon left behind", "count", n)
+	}
+
+	store, err := rootfs.Open(filepath.Join(cfg.StateDir, "rootfs"))
+	if err != nil {
+		return fmt.Errorf("rootfs store: %w", err)
+	}
+	py, err := ensureDefault(store, cfg.Python, log)
+	if err != nil {
+		return err
+	}
+
+	runner, err := newRunner(cfg, cgRoot, initBinary, log)
+	if err != nil {
+		return err
+	}
+	if n, err := runner.Sweep(); err != nil {
+		return err
+	} else if n > 0 {
+		log.Warn("removed jail state a previous daemon left behind", "count", n)
+	}
+	exec := &executor{cfg: cfg, store: store, runner: runner, cgRoot: cgRoot, initBinary: initBinary, log: log}
+	runner, err = exec.probe(ctx, py)
+	if err != nil {
+		return err
+	}
+	exec.runner = runner
+
+	ln, activated, err := listen(cfg, log)
+	if err != nil {
+		return err
+	}
+	if !activated {
+		defer os.Remove(cfg.Socket)
+	}
+	allowed, err := newAllowList(cfg.SocketGroup, cfg.AllowUIDs, log)
+	if err != nil {
+		return err
+	}
+	srv := server.New(server.Config{
+		Defaults:      cfg.Defaults,
+		Maxima:        cfg.Maxima,
+		MaxConcurrent: cfg.MaxConcurrent,
+		QueueSize:     cfg.QueueSize,
+		Allowed:       allowed,
+		Log:           log,
+	}, exec)
+
+	log.Info("cellblockd ready", "version", Version, "socket", ln.Addr().String(), "python", py.Version,
+		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent)
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+	err = srv.Serve(ctx, ln, cfg.ShutdownGrace)
+	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
+	log.Info("cellblockd stopped")
+	return err
+}
+
+// findInit locates cellblock-init: the configured path, else beside the
+// daemon's executable.
+func findInit(path string) (string, error) {
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("find cellblock-init: %w", err)
+		}
+		path = filepath.Join(filepath.Dir(exe), "cellblock-init")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("cellblock-init (the jails' static init) is missing: %w; build it with `make build` or pass --init-binary", err)
+	}
+	return path, nil
+}
+
+func ensureDefault(store *rootfs.Store, python string, log *slog.Logger) (rootfs.Python, error) {
+	if python != "" {
+		if pys, err := store.List(); err == nil && len(pys) == 0 {
+			log.Info("building the default Python rootfs", "python", python)
+			return store.Import(python)
+		}
+	}
+	pys, _ := store.List()
+	if len(pys) == 0 {
+		log.Info("building the default Python rootfs from the host's python3")
+	}
+	py, err := store.EnsureDefault()
+	if err != nil {
+		return py, fmt.Errorf("default Python rootfs: %w", err)
+	}
+	return py, nil
+}
+
+func newRunner(cfg config.Config, cgRoot *cgroup.Root, initBinary string, log *slog.Logger) (*nsjail.Runner, error) {
+	var userns *nsjail.IDMap
+	if cfg.UserNS != "off" {
+		if usernsAvailable() {
+			userns = &nsjail.IDMap{HostID: cfg.UserNSBase, Size: config.DefaultUserNSSize}
+		} else if cfg.UserNS == "on" {
+			return nil, errors.New("--userns=on but this kernel does not allow user namespaces")
+		}
+	}
+	return nsjail.NewRunner(nsjail.RunnerConfig{
+		StateRoot:  filepath.Join(cfg.StateDir, "jails"),
+		InitBinary: initBinary,
+		Cgroups:    cgRoot,
+		Seccomp:    seccomp.Config(),
+		UserNS:     userns,
+		Log:        log,
+	})
+}
+
+func usernsAvailable() bool {
+	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
+	if err != nil {
+		return false
+	}
+	var n int
+	_, _ = fmt.Sscan(string(b), &n)
+	return n > 0
+}

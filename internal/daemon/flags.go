@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/config"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// intList is a repeatable integer flag.
+type intList []int
+
+func (l *intList) String() string { return fmt.Sprint(*l) }
+func (l *intList) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a uid", v)
+	}
+	*l = append(*l, n)
+	return nil
+}
+
+// durationMs sets a millisecond limit from a Go duration.
+type durationMs struct{ ms *int64 }
+
+func (d durationMs) String() string {
+	if d.ms == nil {
+		return ""
+	}
+	return (time.Duration(*d.ms) * time.Millisecond).String()
+}
+func (d durationMs) Set(v string) error {
+	t, err := time.ParseDuration(v)
+	if err != nil || t <= 0 {
+		return fmt.Errorf("%q is not a positive duration such as 30s", v)
+	}
+	*d.ms = t.Milliseconds()
+	return nil
+}
+
+// size sets a byte count from 128M, 1GiB and the like.
+type size struct{ n *int64 }
+
+func (s size) String() string {
+	if s.n == nil {
+		return ""
+	}
+	return strconv.FormatInt(*s.n, 10)
+}
+func (s size) Set(v string) error {
+	n, err := ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.n = n
+	return nil
+}
+
+// ParseSize parses a byte size: a number with an optional K, M, G or T
+// suffix (powers of 1024), optionally followed by "i", "B" or "iB".
+func ParseSize(v string) (int64, error) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	s = strings.TrimSuffix(s, "B")
+	s = strings.TrimSuffix(s, "I")
+	mult := float64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult != 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f*mult > 1<<62 {
+		return 0, fmt.Errorf("%q is not a size such as 128M", v)
+	}
+	return int64(f * mult), nil
+}
+
+// flags binds cfg's fields to a flag set.
+func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *stringList) {
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket to serve the API on")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for rootfs store, environments and jail state")
+	fs.StringVar(&cfg.CgroupName, "cgroup-name", cfg.CgroupName, "name of the run cgroups' subtree below the daemon's own cgroup")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", cfg.SocketGroup, "group given the socket (mode 0660) and allowed to use it")
+	fs.Var(allowUIDs, "allow-uid", "uid allowed to use the socket besides root and the socket group (repeatable)")
+	fs.StringVar(&cfg.Python, "python", cfg.Python, "interpreter to build the default rootfs from (default: python3 on PATH)")
+	fs.StringVar(&cfg.InitBinary, "init-binary", cfg.InitBinary, "path of cellblock-init (default: beside cellblockd)")
+	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "runs executing at once (default: number of CPUs)")
+	fs.IntVar(&cfg.QueueSize, "queue", cfg.QueueSize, "runs that may wait for a slot before the daemon answers 429")
+	fs.StringVar(&cfg.UserNS, "userns", cfg.UserNS, "user namespaces: auto, on or off")
+	fs.Int64Var(&cfg.UserNSBase, "userns-base", cfg.UserNSBase, "first host uid/gid of the jails' 65536 ids")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long SIGTERM lets runs in flight finish")
+	fs.StringVar(&cfg.IndexURL, "index-url", cfg.IndexURL, "package index for dependencies")
+	fs.Var(findLinks, "find-links", "directory of wheels for dependencies (repeatable)")
+	fs.BoolVar(&cfg.NoIndex, "no-index", cfg.NoIndex, "use only --find-links, never an index")
+	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: auto, text or json")
+
+	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
+	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")
+	fs.Var(size{&cfg.Defaults.MemoryBytes}, "default-memory", "default memory limit")
+	fs.Var(size{&cfg.Maxima.MemoryBytes}, "max-memory", "maximum memory limit")
+	fs.Int64Var(&cfg.Defaults.Pids, "default-pids", cfg.Defaults.Pids, "default tasks limit")
+	fs.Int64Var(&cfg.Maxima.Pids, "max-pids", cfg.Maxima.Pids, "maximum tasks limit")
+	fs.Float64Var(&cfg.Defaults.CPUs, "default-cpus", cfg.Defaults.CPUs, "default CPU quota in cores")
+	fs.Float64Var(&cfg.Maxima.CPUs, "max-cpus", cfg.Maxima.CPUs, "maximum CPU quota in cores")
+	fs.Var(size{&cfg.Defaults.OutputBytes}, "default-output", "default cap on each of stdout and stderr")
+	fs.Var(size{&cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
+	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of /tmp, /work and /dev/shm")
+	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of /tmp, /work and /dev/shm")
+}

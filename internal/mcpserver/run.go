@@ -1,0 +1,249 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/pep723"
+)
+
+// runArgs are run_python's arguments.
+type runArgs struct {
+	Code           string            `json:"code"`
+	Dependencies   []string          `json:"dependencies"`
+	TimeoutSeconds *float64          `json:"timeout_seconds"`
+	Python         string            `json:"python"`
+	Env            map[string]string `json:"env"`
+	MemoryMB       *float64          `json:"memory_mb"`
+}
+
+// request turns the arguments into the daemon's run request. The
+// daemon checks the limits; this only converts units and rejects what
+// cannot be converted.
+func (a *runArgs) request() (*api.RunRequest, error) {
+	if strings.TrimSpace(a.Code) == "" {
+		return nil, errors.New(`"code" is required: pass the Python program to run as a string`)
+	}
+	req := &api.RunRequest{
+		Code:   a.Code,
+		Python: strings.TrimSpace(a.Python),
+		Env:    a.Env,
+		// The daemon merges these with the script's PEP 723 block.
+		Dependencies: pep723.Merge(nil, a.Dependencies),
+	}
+	if a.TimeoutSeconds != nil {
+		s := *a.TimeoutSeconds
+		if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
+			return nil, errors.New(`"timeout_seconds" must be a positive number of seconds, such as 10`)
+		}
+		req.TimeoutMs = int64(math.Ceil(min(s, 1e9) * 1000))
+	}
+	if a.MemoryMB != nil {
+		m := *a.MemoryMB
+		if math.IsNaN(m) || math.IsInf(m, 0) || m <= 0 {
+			return nil, errors.New(`"memory_mb" must be a positive number of MiB, such as 256`)
+		}
+		req.MemoryBytes = int64(min(m, 1<<30) * (1 << 20))
+	}
+	return req, nil
+}
+
+// runPython is run_python's handler.
+func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	h.refreshInfo(ctx)
+
+	var args runArgs
+	if err := req.BindArguments(&args); err != nil {
+		return textResult("The arguments could not be read: "+err.Error()+
+			`. Pass an object such as {"code": "print(1)", "timeout_seconds": 10}.`, true), nil
+	}
+	rr, err := args.request()
+	if err != nil {
+		return textResult(err.Error(), true), nil
+	}
+
+	relay := newOutputRelay(ctx, h.srv, req)
+	res, err := h.client.RunStream(ctx, rr, relay.Add)
+	relay.Close()
+	if err != nil {
+		return h.daemonFailure(ctx, "run the program", err), nil
+	}
+	h.log.Debug("run finished", "run_id", res.RunID, "exit_code", res.ExitCode,
+		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "error", res.Error)
+	return runResult(res, h.currentInfo()), nil
+}
+
+// runResult maps a daemon result onto the tool result: the text for the
+// model and the result object as structured content. Anything but a clean
+// exit is isError.
+func runResult(res *api.Result, info *api.Info) *mcp.CallToolResult {
+	failed := res.Error != nil || res.ExitCode != 0 || res.TimedOut || res.OOMKilled
+	var b strings.Builder
+	if res.Error != nil {
+		b.WriteString(refusalText(res.Error, info))
+	} else {
+		b.WriteString(stopText(res))
+		b.WriteString("\n")
+		b.WriteString(usageText(res))
+		writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res)
+		writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res)
+	}
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{mcp.NewTextContent(b.String())},
+		StructuredContent: res,
+		IsError:           failed,
+	}
+}
+
+// stopText says how the program ended, in one sentence.
+func stopText(res *api.Result) string {
+	switch {
+	case res.TimedOut:
+		limit := "its wall-clock timeout"
+		if res.Limits != nil && res.Limits.TimeoutMs > 0 {
+			limit += " of " + fmtMs(res.Limits.TimeoutMs)
+		}
+		return fmt.Sprintf("The program was killed because it ran past %s (exit code %d). "+
+			"Make it faster, print progress so you can see where it stops, or ask for a longer timeout_seconds.", limit, res.ExitCode)
+	case res.OOMKilled:
+		limit := "its memory limit"
+		if res.Limits != nil && res.Limits.MemoryBytes > 0 {
+			limit += " of " + fmtBytes(res.Limits.MemoryBytes)
+		}
+		return fmt.Sprintf("The program was killed because it went over %s (exit code %d). "+
+			"Use less memory (stream or chunk the data) or ask for a larger memory_mb.", limit, res.ExitCode)
+	case res.ExitCode == 0:
+		return "The program exited normally (exit status 0)."
+	}
+	if exc := uncaughtException(res.Stderr); exc != "" && res.ExitCode == 1 {
+		return fmt.Sprintf("The program raised an uncaught exception and exited with status 1: %s (the traceback is in stderr below).", exc)
+	}
+	if res.ExitCode > 128 && res.ExitCode <= 128+64 {
+		sig := res.ExitCode - 128
+		name := signalNames[sig]
+		if name != "" {
+			name = " (" + name + ")"
+		}
+		return fmt.Sprintf("The program was killed by signal %d%s (exit code %d).", sig, name, res.ExitCode)
+	}
+	return fmt.Sprintf("The program exited with status %d.", res.ExitCode)
+}
+
+var signalNames = map[int]string{
+	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
+	8: "SIGFPE", 9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 31: "SIGSYS",
+}
+
+// exceptionLine matches the last line of a Python traceback:
+// "ValueError: bad value", "KeyboardInterrupt", "mod.CustomError: x".
+var exceptionLine = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*(: .*)?$`)
+
+// uncaughtException returns the exception line of a traceback at the end
+// of stderr, or "" when stderr does not end with one.
+func uncaughtException(stderr string) string {
+	if !strings.Contains(stderr, "Traceback (most recent call last):") && !strings.Contains(stderr, "  File \"") {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	last := strings.TrimSpace(lines[len(lines)-1])
+	if !exceptionLine.MatchString(last) {
+		return ""
+	}
+	if len(last) > 300 {
+		last = last[:300] + "..."
+	}
+	return last
+}
+
+// usageText is the line with the run's interpreter and resource use.
+func usageText(res *api.Result) string {
+	var parts []string
+	if res.Python != "" {
+		parts = append(parts, "Python "+res.Python)
+	}
+	parts = append(parts,
+		fmtElapsed(res.DurationMs)+" wall",
+		fmtElapsed(res.CPUMs)+" CPU",
+		"peak memory "+fmtBytes(res.MemoryPeakBytes))
+	if env := res.Environment; env != nil && len(env.Packages) > 0 {
+		hit := "built for this run"
+		if env.CacheHit {
+			hit = "cached"
+		}
+		parts = append(parts, fmt.Sprintf("%d package(s) installed, environment %s", len(env.Packages), hit))
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// fmtElapsed formats a measured time in milliseconds.
+func fmtElapsed(ms int64) string {
+	if ms < 1000 {
+		return fmt.Sprintf("%d ms", max(ms, 0))
+	}
+	return fmt.Sprintf("%.2f s", float64(ms)/1000)
+}
+
+func writeStream(b *strings.Builder, name, data string, truncated bool, res *api.Result) {
+	b.WriteString("\n\n--- " + name)
+	switch {
+	case truncated:
+		limit := "the output limit"
+		if res.Limits != nil && res.Limits.OutputBytes > 0 {
+			limit += " of " + fmtBytes(res.Limits.OutputBytes)
+		}
+		b.WriteString(" (cut off at " + limit + ")")
+	case data == "":
+		b.WriteString(" (empty)")
+	}
+	b.WriteString(" ---")
+	if data != "" {
+		b.WriteString("\n")
+		b.WriteString(strings.TrimSuffix(data, "\n"))
+	}
+}
+
+// paramOf maps a request field the daemon names onto the tool's argument.
+var paramOf = map[string]string{
+	"timeout_ms":   "timeout_seconds",
+	"memory_bytes": "memory_mb",
+}
+
+// refusalText explains why the daemon did not carry out the run.
+func refusalText(e *api.Error, info *api.Info) string {
+	var b strings.Builder
+	b.WriteString("The sandbox did not run the program: ")
+	if p, ok := paramOf[e.Field]; ok {
+		fmt.Fprintf(&b, "%s (%s, given to the daemon as %s): %s.", e.Type, p, e.Field, strings.TrimSuffix(e.Message, "."))
+	} else if e.Field != "" {
+		fmt.Fprintf(&b, "%s (%s): %s.", e.Type, e.Field, strings.TrimSuffix(e.Message, "."))
+	} else {
+		fmt.Fprintf(&b, "%s: %s.", e.Type, strings.TrimSuffix(e.Message, "."))
+	}
+	switch e.Type {
+	case api.ErrOverLimit:
+		if info != nil {
+			fmt.Fprintf(&b, " The most a run may ask for: timeout_seconds %g, memory_mb %d.",
+				float64(info.Maxima.TimeoutMs)/1000, info.Maxima.MemoryBytes>>20)
+		} else {
+			b.WriteString(" check_environment reports the maxima.")
+		}
+	case api.ErrUnknownPython:
+		b.WriteString(" Available: " + pythonsText(info))
+	case api.ErrDependency:
+		b.WriteString(" Check the package names and version constraints; packages come only from the operator's configured source, and there is no network at run time.")
+	case api.ErrBusy:
+		b.WriteString(" The sandbox is at capacity; wait a moment and call again.")
+	case api.ErrUnavailable:
+		b.WriteString(" The daemon is shutting down; try again once it is back.")
+	case api.ErrForbidden:
+		b.WriteString(" The user cellblock-mcp runs as is not allowed to use the daemon; the operator must add it to the socket's group.")
+	}
+	return b.String()
+}

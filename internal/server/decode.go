@@ -1,0 +1,124 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// runRequestFields are the JSON names RunRequest accepts.
+var runRequestFields = jsonFields(reflect.TypeOf(api.RunRequest{}))
+
+func jsonFields(t reflect.Type) map[string]bool {
+	fields := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			fields[name] = true
+		}
+	}
+	return fields
+}
+
+// decodeRunRequest reads one JSON object of at most api.MaxRequestBytes,
+// refusing unknown fields and wrong types with an error naming the field.
+func decodeRunRequest(w http.ResponseWriter, r *http.Request) (*api.RunRequest, *api.Error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return nil, api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
+		}
+		return nil, api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
+	}
+	return DecodeRunRequest(body)
+}
+
+// DecodeRunRequest decodes a run request body. It is exported for the
+// fuzz target and never panics.
+func DecodeRunRequest(body []byte) (*api.RunRequest, *api.Error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, api.Errorf(api.ErrBadRequest, "", "request body is empty; send a JSON object such as {\"code\": \"print(1)\"}")
+	}
+	if len(body) > api.MaxRequestBytes {
+		return nil, api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
+	}
+	// First pass: the object's keys, to name unknown fields.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		return nil, jsonError(err)
+	}
+	if raw == nil {
+		return nil, api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
+	}
+	var unknown []string
+	for k := range raw {
+		if !runRequestFields[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, api.Errorf(api.ErrBadRequest, unknown[0], "unknown field")
+	}
+	var req api.RunRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, jsonError(err)
+	}
+	if dec.More() {
+		return nil, api.Errorf(api.ErrBadRequest, "", "request body holds more than one JSON value")
+	}
+	return &req, nil
+}
+
+func jsonError(err error) *api.Error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object, not %s", te.Value)
+		}
+		return api.Errorf(api.ErrBadRequest, field, "must be %s, not %s", typeName(te.Type), te.Value)
+	case errors.As(err, &se):
+		return api.Errorf(api.ErrBadRequest, "", "malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return api.Errorf(api.ErrBadRequest, "", "malformed JSON: unexpected end of input")
+	default:
+		return api.Errorf(api.ErrBadRequest, "", "malformed JSON: %v", err)
+	}
+}
+
+func typeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.Slice:
+		return "an array of " + strings.TrimPrefix(strings.TrimPrefix(typeName(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map:
+		return "an object of strings"
+	case reflect.Bool:
+		return "a boolean"
+	default:
+		return fmt.Sprint(t)
+	}
+}

@@ -1,0 +1,334 @@
+// Package server serves cellblockd's HTTP/JSON API on a Unix socket: it
+// checks every caller's peer credentials, decodes and validates requests,
+// admits runs through a bounded queue, streams or returns results, and maps
+// error classes to HTTP statuses and the result's error.type. It does not
+// run anything itself: an Executor does.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// Executor carries out validated runs. The daemon's executor puts them in
+// jails; unit tests of this package use a stand-in.
+type Executor interface {
+	// Execute carries out one run with the given limits. onOutput, if not
+	// nil, receives output while the program runs. Errors are classified
+	// with the sentinels of this package (see ErrUnknownPython and co.).
+	Execute(ctx context.Context, id string, req *api.RunRequest, limits api.Limits, onOutput func(stream string, p []byte)) (*api.Result, error)
+	// Info describes the executor's side of the daemon.
+	Info() api.Info
+}
+
+// Error classes an Executor wraps so that the server can map them.
+var (
+	ErrUnknownPython = errors.New("unknown python version")
+	ErrDependency    = errors.New("dependencies could not be installed")
+	ErrBadRequest    = errors.New("bad request")
+)
+
+// Config configures a Server.
+type Config struct {
+	Defaults, Maxima api.Limits
+	MaxConcurrent    int
+	QueueSize        int
+	// Allowed decides whether a peer may use the API.
+	Allowed func(Peer) bool
+	Log     *slog.Logger
+	// Observer, if set, is told about every finished run (audit, metrics).
+	Observer func(RunRecord)
+}
+
+// RunRecord is what the server knows about a finished run.
+type RunRecord struct {
+	Peer     Peer
+	Request  *api.RunRequest
+	Result   *api.Result
+	Started  time.Time
+	Duration time.Duration
+}
+
+// Server is the API. Create it with New and serve with Serve.
+type Server struct {
+	cfg   Config
+	exec  Executor
+	log   *slog.Logger
+	admit *admission
+	// runs is the context of every run; cancelled to kill runs in flight
+	// when shutdown's grace period is over.
+	runs       context.Context
+	cancelRuns context.CancelFunc
+	draining   chan struct{}
+	drainOnce  sync.Once
+	inflight   sync.WaitGroup
+}
+
+// New returns a server for exec.
+func New(cfg Config, exec Executor) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Allowed == nil {
+		cfg.Allowed = func(p Peer) bool { return p.UID == 0 }
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg:        cfg,
+		exec:       exec,
+		log:        cfg.Log,
+		admit:      newAdmission(cfg.MaxConcurrent, cfg.QueueSize),
+		runs:       ctx,
+		cancelRuns: cancel,
+		draining:   make(chan struct{}),
+	}
+}
+
+// Handler returns the API's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+api.PathRuns, s.handleRun)
+	mux.HandleFunc("GET "+api.PathInfo, s.handleInfo)
+	mux.HandleFunc("GET "+api.PathHealth, s.handleHealth)
+	return s.guard(mux)
+}
+
+// Serve serves the API on ln until ctx ends, then drains: it stops taking
+// runs, lets those in flight finish for up to grace, kills the rest, and
+// returns when all are done.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ConnContext:       withPeer,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		s.cancelRuns()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.drainOnce.Do(func() { close(s.draining) })
+	s.log.Info("draining", "grace", grace)
+	timer := time.AfterFunc(grace, func() {
+		s.log.Warn("grace period over; killing runs in flight")
+		s.cancelRuns()
+	})
+	defer timer.Stop()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	<-done
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := hs.Shutdown(shutdownCtx)
+	s.cancelRuns()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// guard checks peer credentials and turns panics into 500s.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "path", r.URL.Path, "panic", v)
+				writeError(w, api.Errorf(api.ErrInternal, "", "internal error"))
+			}
+		}()
+		p, ok := PeerFrom(r.Context())
+		if !ok || !s.cfg.Allowed(p) {
+			s.log.Warn("refused caller", "uid", p.UID, "gid", p.GID, "pid", p.PID)
+			writeError(w, api.Errorf(api.ErrForbidden, "", "uid %d is not allowed to use cellblockd", p.UID))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	status := "ok"
+	if s.isDraining() {
+		status = "draining"
+	}
+	writeJSON(w, http.StatusOK, api.Health{Status: status})
+}
+
+func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
+	info := s.exec.Info()
+	info.Defaults = s.cfg.Defaults
+	info.Maxima = s.cfg.Maxima
+	info.MaxConcurrent = s.cfg.MaxConcurrent
+	info.QueueSize = s.cfg.QueueSize
+	info.Running, info.Queued = s.admit.load()
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
+	started := time.Now()
+	peer, _ := PeerFrom(r.Context())
+	if s.isDraining() {
+		writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		return
+	}
+	req, aerr := decodeRunRequest(w, r)
+	if aerr == nil {
+		aerr = req.Validate()
+	}
+	var limits api.Limits
+	if aerr == nil {
+		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
+	}
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+
+	release, aerr := s.admit.acquire(r.Context())
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	defer release()
+
+	// The run ends when the caller goes away or when shutdown kills it.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.runs, cancel)
+	defer stop()
+
+	id := newRunID()
+	stream := r.Header.Get("Accept") == api.StreamContentType
+	var sw *streamWriter
+	var onOutput func(string, []byte)
+	if stream {
+		sw = newStreamWriter(w)
+		onOutput = sw.output
+	}
+	res, err := s.exec.Execute(ctx, id, req, limits, onOutput)
+	if err != nil {
+		res = &api.Result{Error: classify(err)}
+		if ctx.Err() != nil && r.Context().Err() != nil {
+			res.Error = api.Errorf(api.ErrCanceled, "", "the caller went away")
+		}
+		s.log.Error("run failed", "run", id, "uid", peer.UID, "err", err)
+	}
+	if s.runs.Err() != nil && res.Error != nil && res.Error.Type == api.ErrCanceled {
+		res.Error = api.Errorf(api.ErrUnavailable, "", "cellblockd shut down and killed the run")
+	}
+	res.RunID = id
+	if res.Limits == nil {
+		res.Limits = &limits
+	}
+	s.logRun(peer, id, res, started)
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(RunRecord{Peer: peer, Request: req, Result: res, Started: started, Duration: time.Since(started)})
+	}
+	if sw != nil {
+		sw.result(res)
+		return
+	}
+	status := http.StatusOK
+	if res.Error != nil {
+		status = statusOf(res.Error.Type)
+	}
+	writeJSON(w, status, res)
+}
+
+func (s *Server) logRun(p Peer, id string, res *api.Result, started time.Time) {
+	attrs := []any{
+		"run", id, "uid", p.UID, "pid", p.PID, "python", res.Python,
+		"exit_code", res.ExitCode, "timed_out", res.TimedOut, "oom_killed", res.OOMKilled,
+		"duration_ms", res.DurationMs, "cpu_ms", res.CPUMs, "memory_peak", res.MemoryPeakBytes,
+		"total_ms", time.Since(started).Milliseconds(),
+	}
+	if res.Error != nil {
+		attrs = append(attrs, "error", string(res.Error.Type))
+	}
+	s.log.Info("run", attrs...)
+}
+
+// classify maps an executor error to the result's error.
+func classify(err error) *api.Error {
+	var aerr *api.Error
+	switch {
+	case errors.As(err, &aerr):
+		return aerr
+	case errors.Is(err, ErrUnknownPython):
+		return &api.Error{Type: api.ErrUnknownPython, Field: "python", Message: err.Error()}
+	case errors.Is(err, ErrDependency):
+		return &api.Error{Type: api.ErrDependency, Field: "dependencies", Message: err.Error()}
+	case errors.Is(err, ErrBadRequest):
+		return &api.Error{Type: api.ErrBadRequest, Message: err.Error()}
+	default:
+		return &api.Error{Type: api.ErrInternal, Message: err.Error()}
+	}
+}
+
+// statusOf maps an error type to its HTTP status.
+func statusOf(t api.ErrorType) int {
+	switch t {
+	case api.ErrBadRequest, api.ErrOverLimit, api.ErrUnknownPython:
+		return http.StatusBadRequest
+	case api.ErrTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case api.ErrDependency:
+		return http.StatusUnprocessableEntity
+	case api.ErrForbidden:
+		return http.StatusForbidden
+	case api.ErrBusy:
+		return http.StatusTooManyRequests
+	case api.ErrUnavailable:
+		return http.StatusServiceUnavailable
+	case api.ErrCanceled:
+		return 499 // client closed request; nobody reads it
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func writeError(w http.ResponseWriter, e *api.Error) {
+	writeJSON(w, statusOf(e.Type), &api.Result{Error: e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func newRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "r" + hex.EncodeToString(b[:])
+}

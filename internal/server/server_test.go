@@ -1,0 +1,248 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
+)
+
+// fakeExecutor stands in for the jail in these unit tests of the HTTP
+// layer; the integration suite runs the real one.
+type fakeExecutor struct {
+	block chan struct{} // if set, Execute waits for it or the context
+	err   error
+	mu    sync.Mutex
+	calls int
+}
+
+func (f *fakeExecutor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+	f.mu.Lock()
+	f.calls++
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return &api.Result{ExitCode: 137, Error: api.Errorf(api.ErrCanceled, "", "cancelled")}, nil
+		}
+	}
+	if onOutput != nil {
+		onOutput("stdout", []byte("chunk\xe6\x97"))
+		onOutput("stdout", []byte("\xa5\n"))
+	}
+	return &api.Result{Stdout: "ran: " + req.Code, ExitCode: 0}, nil
+}
+
+func (f *fakeExecutor) Info() api.Info { return api.Info{Version: "test"} }
+
+var testLimits = api.Limits{TimeoutMs: 1000, MemoryBytes: 64 << 20, Pids: 16, CPUs: 1, OutputBytes: 1024, TmpBytes: 1 << 20}
+
+func serve(t *testing.T, exec Executor, cfg Config) (*client.Client, func()) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Defaults, cfg.Maxima = testLimits, testLimits
+	if cfg.MaxConcurrent == 0 {
+		cfg.MaxConcurrent = 2
+	}
+	if cfg.Allowed == nil {
+		me := uint32(os.Getuid())
+		cfg.Allowed = func(p Peer) bool { return p.UID == me }
+	}
+	s := New(cfg, exec)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, time.Second) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}
+	return client.New(sock), stop
+}
+
+func TestRunAndInfo(t *testing.T) {
+	c, stop := serve(t, &fakeExecutor{}, Config{})
+	defer stop()
+	res, err := c.Run(context.Background(), &api.RunRequest{Code: "print(1)"})
+	if err != nil || res.Error != nil || res.Stdout != "ran: print(1)" || res.RunID == "" || res.Limits == nil {
+		t.Fatalf("%+v %v", res, err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil || info.Version != "test" || info.Defaults != testLimits || info.MaxConcurrent != 2 {
+		t.Fatalf("%+v %v", info, err)
+	}
+	if err := c.Health(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStreamKeepsSplitCharacters(t *testing.T) {
+	c, stop := serve(t, &fakeExecutor{}, Config{})
+	defer stop()
+	var got strings.Builder
+	res, err := c.RunStream(context.Background(), &api.RunRequest{Code: "x"}, func(stream, data string) {
+		got.WriteString(data)
+	})
+	if err != nil || res.Stdout != "ran: x" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if got.String() != "chunk日\n" {
+		t.Fatalf("streamed %q", got.String())
+	}
+}
+
+func TestRefusedPeer(t *testing.T) {
+	c, stop := serve(t, &fakeExecutor{}, Config{Allowed: func(Peer) bool { return false }})
+	defer stop()
+	res, err := c.Run(context.Background(), &api.RunRequest{Code: "x"})
+	if err != nil || res.Error == nil || res.Error.Type != api.ErrForbidden {
+		t.Fatalf("%+v %v", res, err)
+	}
+	var aerr *api.Error
+	if _, err := c.Info(context.Background()); !errors.As(err, &aerr) || aerr.Type != api.ErrForbidden {
+		t.Fatalf("info: %v", err)
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want api.ErrorType
+	}{
+		{fmt.Errorf("%w: 3.99 (have 3.11.7)", ErrUnknownPython), api.ErrUnknownPython},
+		{fmt.Errorf("wrap: %w", ErrDependency), api.ErrDependency},
+		{errors.New("disk on fire"), api.ErrInternal},
+	} {
+		cl, stop := serve(t, &fakeExecutor{err: c.err}, Config{})
+		res, err := cl.Run(context.Background(), &api.RunRequest{Code: "x"})
+		stop()
+		if err != nil || res.Error == nil || res.Error.Type != c.want {
+			t.Errorf("%v: %+v %v", c.err, res, err)
+		}
+	}
+}
+
+func TestQueueBound(t *testing.T) {
+	f := &fakeExecutor{block: make(chan struct{})}
+	c, stop := serve(t, f, Config{MaxConcurrent: 1, QueueSize: 1})
+	defer stop()
+	results := make(chan *api.Result, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			res, err := c.Run(context.Background(), &api.RunRequest{Code: "x"})
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+	}
+	// One runs, one waits, the third is turned away at once.
+	first := <-results
+	if first.Error == nil || first.Error.Type != api.ErrBusy {
+		t.Fatalf("first answer %+v, want busy", first)
+	}
+	close(f.block)
+	for i := 0; i < 2; i++ {
+		if r := <-results; r.Error != nil {
+			t.Errorf("queued run: %+v", r.Error)
+		}
+	}
+}
+
+func TestDrainRefusesNewRunsAndKillsAfterGrace(t *testing.T) {
+	f := &fakeExecutor{block: make(chan struct{})}
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := uint32(os.Getuid())
+	s := New(Config{Defaults: testLimits, Maxima: testLimits, MaxConcurrent: 2, QueueSize: 2,
+		Allowed: func(p Peer) bool { return p.UID == me }}, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln, 300*time.Millisecond) }()
+	c := client.New(sock)
+	inflight := make(chan *api.Result, 1)
+	go func() {
+		res, _ := c.Run(context.Background(), &api.RunRequest{Code: "x"})
+		inflight <- res
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	time.Sleep(50 * time.Millisecond)
+	if res, err := c.Run(context.Background(), &api.RunRequest{Code: "y"}); err == nil && (res.Error == nil || res.Error.Type != api.ErrUnavailable) {
+		t.Errorf("run accepted while draining: %+v", res)
+	}
+	res := <-inflight
+	if res == nil || res.ExitCode != 137 || res.Error == nil || res.Error.Type != api.ErrUnavailable {
+		t.Errorf("run in flight was not killed after the grace period: %+v", res)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+}
+
+func TestDecodeRunRequest(t *testing.T) {
+	for body, field := range map[string]string{
+		`{"code":"x","nope":1}`:           "nope",
+		`{"code":1}`:                      "code",
+		`{"code":"x","env":{"A":1}}`:      "env",
+		`{"code":"x","args":"a"}`:         "args",
+		`{"code":"x","cpus":"many"}`:      "cpus",
+		`{"code":"x","timeout_ms":1.5}`:   "timeout_ms",
+		`{"code":"x","dependencies":[1]}`: "dependencies",
+	} {
+		_, err := DecodeRunRequest([]byte(body))
+		if err == nil || !strings.HasPrefix(err.Field, field) {
+			t.Errorf("%s: %v, want field %s", body, err, field)
+		}
+	}
+	for _, body := range []string{``, `nul`, `[]`, `"x"`, `{"code":"x"}{}`, `{"code":"x"`} {
+		if _, err := DecodeRunRequest([]byte(body)); err == nil || err.Type != api.ErrBadRequest {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
+	req, err := DecodeRunRequest([]byte(`{"code":"print(1)","timeout_ms":500,"env":{"A":"b"}}`))
+	if err != nil || req.Code != "print(1)" || req.TimeoutMs != 500 || req.Env["A"] != "b" {
+		t.Fatalf("%+v %v", req, err)
+	}
+}
+
+func FuzzDecodeRunRequest(f *testing.F) {
+	for _, seed := range []string{
+		`{"code":"print(1)"}`, `{"code":"x","env":{"A":"b"},"args":["1"],"timeout_ms":5}`,
+		`{"code":"x","dependencies":["a>=1"],"python":"3.12","cpus":0.5}`, `{`, `[]`, `null`, `{"code":"\u0000"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeRunRequest(body)
+		if (req == nil) == (err == nil) {
+			t.Fatalf("exactly one of request and error must be set: %v %v", req, err)
+		}
+		if req != nil {
+			if verr := req.Validate(); verr == nil {
+				_, _ = req.Resolve(testLimits, testLimits)
+			}
+		}
+	})
+}

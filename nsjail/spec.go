@@ -1,0 +1,194 @@
+// Package nsjail turns a run spec into a jail and carries the run out: it
+// builds the libcontainer configuration (namespaces, mounts, pivot_root,
+// rlimits, no capabilities, no_new_privs, seccomp last), starts the init,
+// enforces the wall-clock timeout by killing the run's cgroup, collects
+// bounded output and the cgroup's statistics, and tears everything down.
+//
+// The Runner owns every kernel object of a run (the cgroup through package
+// cgroup, the libcontainer container, pipes and the script memfd) and
+// releases each on every path. It does not decide policy: limits arrive in
+// the Spec already validated and capped by the server. Named after the
+// technique; Google's nsjail binary is not involved.
+package nsjail
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Paths inside the jail.
+const (
+	// WorkDir is the writable working directory and HOME.
+	WorkDir = "/work"
+	// TmpDir is the writable scratch directory.
+	TmpDir = "/tmp"
+	// InitPath is where the init binary is bind-mounted.
+	InitPath = "/.cellblock/init"
+	// JailUID and JailGID are the identity the program runs as, inside the
+	// user namespace (or on the host when there is none, see Runner).
+	JailUID = 1000
+	JailGID = 1000
+)
+
+// Limits are the resource limits of one run; all must be set.
+type Limits struct {
+	Timeout     time.Duration
+	MemoryBytes int64
+	Pids        int64
+	CPUs        float64
+	OutputBytes int64 // per stream
+	TmpBytes    int64 // each of /tmp, the working directory and /dev/shm
+	OpenFiles   uint64
+}
+
+// Mount is an extra read-only bind mount, e.g. a dependency environment.
+type Mount struct {
+	Source      string // host path
+	Destination string // path in the jail
+}
+
+// Spec describes one run as plain data.
+type Spec struct {
+	// ID names the run; [a-zA-Z0-9_-], at most 64 bytes.
+	ID string
+	// Rootfs is the host directory mounted read-only as the jail's /.
+	Rootfs string
+	// Python is the interpreter's path inside Rootfs.
+	Python string
+	// PythonArgs go between the interpreter and the script path.
+	PythonArgs []string
+	// Script is the program's source; it is written to WorkDir/ScriptName.
+	Script     []byte
+	ScriptName string
+	// Args are the program's sys.argv[1:].
+	Args []string
+	// Env is added to the jail's own environment; callers have already
+	// refused reserved names.
+	Env map[string]string
+	// Stdin is the program's standard input; nil means /dev/null.
+	Stdin []byte
+	// Mounts are extra read-only bind mounts.
+	Mounts []Mount
+	Limits Limits
+}
+
+// ErrInvalidSpec is wrapped by every Validate error.
+var ErrInvalidSpec = errors.New("invalid jail spec")
+
+// Validate checks the spec without touching the system.
+func (s *Spec) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
+	}
+	if !validID(s.ID) {
+		return bad("id %q must be 1-64 of [a-zA-Z0-9_-]", s.ID)
+	}
+	if !path.IsAbs(s.Rootfs) {
+		return bad("rootfs %q is not an absolute path", s.Rootfs)
+	}
+	if !path.IsAbs(s.Python) {
+		return bad("python %q is not an absolute path", s.Python)
+	}
+	if s.ScriptName == "" || strings.ContainsAny(s.ScriptName, "/\x00") || strings.HasPrefix(s.ScriptName, ".") {
+		return bad("script name %q is not a plain file name", s.ScriptName)
+	}
+	for _, m := range s.Mounts {
+		if !path.IsAbs(m.Source) || !path.IsAbs(m.Destination) || path.Clean(m.Destination) != m.Destination || m.Destination == "/" {
+			return bad("mount %q -> %q needs clean absolute paths", m.Source, m.Destination)
+		}
+	}
+	l := s.Limits
+	switch {
+	case l.Timeout <= 0:
+		return bad("timeout must be positive")
+	case l.MemoryBytes <= 0:
+		return bad("memory limit must be positive")
+	case l.Pids <= 0:
+		return bad("pids limit must be positive")
+	case l.CPUs <= 0:
+		return bad("cpu limit must be positive")
+	case l.OutputBytes <= 0:
+		return bad("output limit must be positive")
+	case l.TmpBytes <= 0:
+		return bad("tmp size must be positive")
+	case l.OpenFiles == 0:
+		return bad("open files limit must be positive")
+	}
+	return nil
+}
+
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// threads is the thread count to suggest to numeric libraries for a CPU
+// quota: the quota rounded up, at least 1.
+func threads(cpus float64) int {
+	n := int(cpus)
+	if float64(n) < cpus {
+		n++
+	}
+	if n < 1 {
+		n = 1
+	}
+	return n
+}
+
+// environ is the program's whole environment: the jail's own variables,
+// then the caller's, sorted for reproducibility.
+func (s *Spec) environ() []string {
+	n := fmt.Sprint(threads(s.Limits.CPUs))
+	base := map[string]string{
+		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
+		"HOME":                    WorkDir,
+		"USER":                    "sandbox",
+		"LOGNAME":                 "sandbox",
+		"LANG":                    "C.UTF-8",
+		"TMPDIR":                  TmpDir,
+		"PYTHONDONTWRITEBYTECODE": "1",
+		"PYTHONUNBUFFERED":        "1",
+		// Thread pools sized to the CPU quota, not the host's cores.
+		"OMP_NUM_THREADS":        n,
+		"OPENBLAS_NUM_THREADS":   n,
+		"MKL_NUM_THREADS":        n,
+		"NUMEXPR_NUM_THREADS":    n,
+		"NUMEXPR_MAX_THREADS":    n,
+		"VECLIB_MAXIMUM_THREADS": n,
+		"BLIS_NUM_THREADS":       n,
+		"RAYON_NUM_THREADS":      n,
+		"GOMAXPROCS":             n,
+	}
+	for k, v := range s.Env {
+		base[k] = v
+	}
+	env := make([]string, 0, len(base))
+	for k, v := range base {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+// argv is the init's command line: the script path, then the interpreter
+// and its arguments.
+func (s *Spec) argv() []string {
+	script := path.Join(WorkDir, s.ScriptName)
+	argv := []string{InitPath, script, s.Python}
+	argv = append(argv, s.PythonArgs...)
+	argv = append(argv, script)
+	return append(argv, s.Args...)
+}

@@ -1,0 +1,134 @@
+package nsjail
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"golang.org/x/sys/unix"
+)
+
+func validSpec() *Spec {
+	return &Spec{
+		ID: "r1", Rootfs: "/var/lib/cellblock/rootfs/x", Python: "/usr/bin/python3",
+		Script: []byte("print(1)"), ScriptName: "main.py",
+		Limits: Limits{Timeout: time.Second, MemoryBytes: 64 << 20, Pids: 16, CPUs: 1.5, OutputBytes: 1024, TmpBytes: 1 << 20, OpenFiles: 64},
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := validSpec().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range map[string]func(*Spec){
+		"id":          func(s *Spec) { s.ID = "../x" },
+		"long id":     func(s *Spec) { s.ID = strings.Repeat("a", 65) },
+		"rootfs":      func(s *Spec) { s.Rootfs = "rel" },
+		"python":      func(s *Spec) { s.Python = "python3" },
+		"script name": func(s *Spec) { s.ScriptName = "a/b.py" },
+		"dot name":    func(s *Spec) { s.ScriptName = ".x" },
+		"mount":       func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/"}} },
+		"mount dirty": func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/x/../y"}} },
+		"timeout":     func(s *Spec) { s.Limits.Timeout = 0 },
+		"memory":      func(s *Spec) { s.Limits.MemoryBytes = 0 },
+		"pids":        func(s *Spec) { s.Limits.Pids = 0 },
+		"cpus":        func(s *Spec) { s.Limits.CPUs = 0 },
+		"output":      func(s *Spec) { s.Limits.OutputBytes = 0 },
+		"tmp":         func(s *Spec) { s.Limits.TmpBytes = 0 },
+		"nofile":      func(s *Spec) { s.Limits.OpenFiles = 0 },
+	} {
+		s := validSpec()
+		mutate(s)
+		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestEnvironAndArgv(t *testing.T) {
+	s := validSpec()
+	s.Env = map[string]string{"OMP_NUM_THREADS": "7", "MINE": "x"}
+	s.Args = []string{"a"}
+	env := strings.Join(s.environ(), "\n")
+	for _, want := range []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/work", "LANG=C.UTF-8", "OPENBLAS_NUM_THREADS=2", "OMP_NUM_THREADS=7", "MINE=x", "PYTHONDONTWRITEBYTECODE=1"} {
+		if !strings.Contains(env, want+"\n") && !strings.HasSuffix(env, want) {
+			t.Errorf("environment lacks %s:\n%s", want, env)
+		}
+	}
+	want := []string{InitPath, "/work/main.py", "/usr/bin/python3", "/work/main.py", "a"}
+	if got := s.argv(); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("argv %v, want %v", got, want)
+	}
+	for cpus, n := range map[float64]int{0.1: 1, 1: 1, 1.01: 2, 2: 2, 3.5: 4} {
+		if threads(cpus) != n {
+			t.Errorf("threads(%g) = %d, want %d", cpus, threads(cpus), n)
+		}
+	}
+}
+
+func TestConfigContainment(t *testing.T) {
+	r := &Runner{initBinary: "/usr/lib/cellblock/cellblock-init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}}
+	s := validSpec()
+	s.Mounts = []Mount{{Source: "/envs/abc", Destination: "/opt/env"}}
+	cfg := s.libcontainerConfig(r, "cellblock/r1")
+	for _, ns := range []configs.NamespaceType{configs.NEWNS, configs.NEWPID, configs.NEWNET, configs.NEWIPC, configs.NEWUTS, configs.NEWCGROUP, configs.NEWUSER} {
+		if !cfg.Namespaces.Contains(ns) {
+			t.Errorf("namespace %s missing", ns)
+		}
+	}
+	if !cfg.Readonlyfs || !cfg.NoNewPrivileges || cfg.Seccomp == nil || cfg.Capabilities == nil || len(cfg.Capabilities.Bounding) != 0 {
+		t.Errorf("containment incomplete: ro %v nnp %v seccomp %v caps %+v", cfg.Readonlyfs, cfg.NoNewPrivileges, cfg.Seccomp != nil, cfg.Capabilities)
+	}
+	if cfg.Cgroups.Path != "cellblock/r1" || cfg.Cgroups.Resources.Memory != 0 || cfg.Cgroups.Resources.PidsLimit != nil {
+		t.Errorf("libcontainer must only join the cgroup, not limit it: %+v", cfg.Cgroups)
+	}
+	seen := map[string]*configs.Mount{}
+	for _, m := range cfg.Mounts {
+		seen[m.Destination] = m
+	}
+	for _, dst := range []string{"/proc", "/dev", "/dev/shm", "/tmp", "/work", InitPath, "/opt/env"} {
+		if seen[dst] == nil {
+			t.Errorf("mount %s missing", dst)
+		}
+	}
+	if m := seen["/tmp"]; m == nil || !strings.Contains(m.Data, "size=1048576") {
+		t.Errorf("/tmp is not size-limited: %+v", m)
+	}
+	for _, dst := range []string{InitPath, "/opt/env"} {
+		if m := seen[dst]; m == nil || m.Flags&unix.MS_RDONLY == 0 {
+			t.Errorf("%s is not read-only", dst)
+		}
+	}
+	limits := map[int]uint64{}
+	for _, rl := range cfg.Rlimits {
+		limits[rl.Type] = rl.Hard
+	}
+	if limits[unix.RLIMIT_CORE] != 0 || limits[unix.RLIMIT_NOFILE] != 64 || limits[unix.RLIMIT_FSIZE] != 1<<20 {
+		t.Errorf("rlimits %v", limits)
+	}
+	r.userns = nil
+	if cfg := s.libcontainerConfig(r, "x"); cfg.Namespaces.Contains(configs.NEWUSER) {
+		t.Errorf("user namespace without a mapping")
+	}
+}
+
+func TestCappedBuffer(t *testing.T) {
+	c := newCappedBuffer(10)
+	var streamed bytes.Buffer
+	c.drain(io.MultiReader(strings.NewReader("hello "), strings.NewReader("world, and more")), "stdout", func(s string, p []byte) {
+		streamed.Write(p)
+	})
+	got, truncated := c.bytes()
+	if string(got) != "hello worl" || !truncated || streamed.String() != "hello worl" {
+		t.Errorf("kept %q truncated %v streamed %q", got, truncated, streamed.String())
+	}
+	c = newCappedBuffer(10)
+	c.drain(strings.NewReader("short"), "stdout", nil)
+	if got, truncated := c.bytes(); string(got) != "short" || truncated {
+		t.Errorf("kept %q truncated %v", got, truncated)
+	}
+}

@@ -1,0 +1,269 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Modes of everything in a built tree: nothing is writable, everything is
+// readable (and directories and executables searchable) by any uid, since a
+// jail's user in a user namespace is "other" to the host's root.
+const (
+	dirMode  os.FileMode = 0o555
+	fileMode os.FileMode = 0o444
+	execMode os.FileMode = 0o555
+)
+
+// copyWorkers is how many files are copied at once; the copy is mostly
+// page-cache bound, a few parallel copies hide per-file syscall latency.
+const copyWorkers = 4
+
+// treeAction says what copyTree does with one entry.
+type treeAction int
+
+const (
+	copyEntry treeAction = iota
+	skipEntry
+	emptyDir // create the directory, copy nothing below it
+)
+
+// treeFilter decides per entry; rel is slash-separated, relative to the
+// tree's source root.
+type treeFilter func(rel string, isDir bool) treeAction
+
+// fileJob is one regular file to copy.
+type fileJob struct {
+	src, dst string
+	mode     os.FileMode
+	mtime    time.Time
+}
+
+// copiedTree reports what copyTree copied.
+type copiedTree struct {
+	files []fileJob
+}
+
+// copyTree copies the tree at src to dst (which must not exist). Regular
+// files get fileMode or execMode (when any execute bit is set) and keep
+// their modification time, so that the host's timestamp-validated .pyc
+// files stay valid. Directories are created writable; makeReadOnly seals
+// them at the end of the build. A symlink is kept when it is relative,
+// stays inside the tree and resolves; otherwise a symlink to a regular file
+// is replaced by a copy of the file and any other symlink is dropped.
+// Special files are dropped.
+func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
+	out := &copiedTree{}
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("walk %s: %w", path, err)
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		relSlash := filepath.ToSlash(rel)
+		if rel == "." {
+			return os.Mkdir(target, 0o755)
+		}
+		action := copyEntry
+		if filter != nil {
+			action = filter(relSlash, d.IsDir())
+		}
+		switch {
+		case action == skipEntry:
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		case d.IsDir():
+			if err := os.Mkdir(target, 0o755); err != nil {
+				return err
+			}
+			if action == emptyDir {
+				return filepath.SkipDir
+			}
+			return nil
+		case d.Type()&fs.ModeSymlink != 0:
+			return copySymlink(src, path, target, out)
+		case d.Type().IsRegular():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			out.files = append(out.files, fileJob{src: path, dst: target, mode: modeFor(fi.Mode()), mtime: fi.ModTime()})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err := copyFiles(out.files); err != nil {
+		return nil, fmt.Errorf("copy %s: %w", src, err)
+	}
+	return out, nil
+}
+
+// copySymlink handles a symlink found at path inside the tree rooted at root.
+func copySymlink(root, path, target string, out *copiedTree) error {
+	link, err := os.Readlink(path)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil // dangling
+	}
+	if !filepath.IsAbs(link) {
+		resolved := filepath.Join(filepath.Dir(path), link)
+		if r, err := filepath.Rel(root, resolved); err == nil && r != ".." && !strings.HasPrefix(r, "../") {
+			return os.Symlink(link, target)
+		}
+	}
+	if !fi.Mode().IsRegular() {
+		return nil // a directory or special file outside the tree
+	}
+	out.files = append(out.files, fileJob{src: path, dst: target, mode: modeFor(fi.Mode()), mtime: fi.ModTime()})
+	return nil
+}
+
+// modeFor maps a source mode to the mode of the copy.
+func modeFor(m os.FileMode) os.FileMode {
+	if m&0o111 != 0 {
+		return execMode
+	}
+	return fileMode
+}
+
+// copyFiles copies the jobs with a few workers and returns the first error.
+func copyFiles(jobs []fileJob) error {
+	ch := make(chan fileJob)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for range copyWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range ch {
+				if err := copyFile(j.src, j.dst, j.mode, j.mtime); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, j := range jobs {
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+	return firstErr
+}
+
+// copyFile copies the content of src (following symlinks) to the new file
+// dst with the given mode and modification time.
+func copyFile(src, dst string, mode os.FileMode, mtime time.Time) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	// io.Copy between files uses copy_file_range, which can share extents.
+	if _, err := io.Copy(out, in); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	if err := out.Chmod(mode); err != nil {
+		return err
+	}
+	if !mtime.IsZero() {
+		if err := os.Chtimes(dst, mtime, mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile creates dst with content and a read-only mode.
+func writeFile(dst string, content string, mode os.FileMode) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// makeReadOnly gives every directory below and including dir dirMode,
+// makes sure no file is writable and, when we are root, that everything is
+// owned by root:root (a setgid store directory would otherwise pass its
+// group on). Symlink modes mean nothing and are left alone.
+func makeReadOnly(dir string) error {
+	root := os.Geteuid() == 0
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if root {
+			if err := os.Lchown(path, 0, 0); err != nil {
+				return err
+			}
+		}
+		switch {
+		case d.IsDir():
+			return os.Chmod(path, dirMode)
+		case d.Type().IsRegular():
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			if m := fi.Mode().Perm(); m != fileMode && m != execMode {
+				return os.Chmod(path, modeFor(m))
+			}
+		}
+		return nil
+	})
+}
+
+// removeTree removes a tree even when it was made read-only and we are not
+// root (root ignores directory modes).
+func removeTree(path string) error {
+	if err := os.RemoveAll(path); err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	return os.RemoveAll(path)
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building and testing cellblock needs beyond Go, on Debian or
+# Ubuntu: a C compiler and libseccomp for the daemon (cgo), and python3 to
+# build the default rootfs from. Fast when everything is there already.
+set -euo pipefail
+
+need=()
+for pkg in gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "cellblock needs these packages: ${need[*]}" >&2
+	echo "run as root (sudo make ...) to install them, or: sudo apt-get install ${need[*]}" >&2
+	exit 1
+fi
+echo "installing: ${need[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
