@@ -71,6 +71,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(cfg.LogFormat, stderr)
+	if err := sealSelf(); err != nil {
+		log.Warn("running unsealed: every run will seal a copy of the daemon's binary", "err", err)
+	}
 	if err := run(cfg, log); err != nil {
 		log.Error("cellblockd failed", "err", err)
 		return 1
@@ -186,7 +189,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 // daemon's executable.
 func findInit(path string) (string, error) {
 	if path == "" {
-		exe, err := os.Executable()
+		exe, err := originalExecutable()
 		if err != nil {
 			return "", fmt.Errorf("find cellblock-init: %w", err)
 		}
