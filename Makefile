@@ -41,6 +41,7 @@ demo: build
 	@scripts/demo.sh
 
 bench: build
+	@scripts/install-deps.sh bench
 	$(DAEMON_ENV) $(GO) run -tags $(DAEMON_TAGS) ./integration/bench -bin $(BIN)
 
 fmt:

@@ -4,8 +4,12 @@
 # build the default rootfs from. Fast when everything is there already.
 set -euo pipefail
 
+# `install-deps.sh bench` also installs the peers the benchmark compares
+# against: bubblewrap and runc.
+pkgs=(gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates)
+[ "${1:-}" = bench ] && pkgs+=(bubblewrap runc)
 need=()
-for pkg in gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates; do
+for pkg in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 [ ${#need[@]} -eq 0 ] && exit 0

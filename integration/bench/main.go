@@ -1,0 +1,266 @@
+// Command bench measures `cellblock run -c 'print(1)'` end to end against
+// the same interpreter run bare, under bubblewrap and under `runc run`. It
+// interleaves the runners so that they see the same machine, reports
+// medians and ratios to bare, and breaks one cellblock run down by phase.
+//
+// It starts its own cellblockd on a private socket; run it as root through
+// `make bench`.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type runner struct {
+	name string
+	cmd  func() *exec.Cmd
+	// times are wall-clock durations, one per iteration.
+	times []time.Duration
+}
+
+func run() error {
+	binDir := flag.String("bin", "bin", "directory of the built binaries")
+	n := flag.Int("n", 40, "iterations per runner")
+	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs)")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("run as root (sudo make bench): the daemon and runc need it")
+	}
+	bins, err := filepath.Abs(*binDir)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "cellblock-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	sock := filepath.Join(tmp, "cellblockd.sock")
+	daemon := exec.Command(filepath.Join(bins, "cellblockd"), "--socket", sock, "--state-dir", *stateDir, "--cgroup-name", "cellblock-bench", "--log-format", "json")
+	logf, err := os.Create(filepath.Join(tmp, "daemon.log"))
+	if err != nil {
+		return err
+	}
+	daemon.Stdout, daemon.Stderr = logf, logf
+	if err := daemon.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = daemon.Process.Signal(syscall.SIGTERM)
+		_ = daemon.Wait()
+	}()
+	c := client.New(sock)
+	deadline := time.Now().Add(2 * time.Minute)
+	for c.Health(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logf.Name())
+			return fmt.Errorf("daemon did not start:\n%s", log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		return err
+	}
+	rootfsDir, pythonInRootfs, hostPython, err := defaultRootfs(*stateDir)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("machine: %d CPUs, kernel %s, cgroup mode %s, user namespace %v\n", numCPU(), kernel(), info.CgroupMode, info.UserNamespace)
+	fmt.Printf("interpreter: %s (Python %s), rootfs %s\n\n", hostPython, info.Pythons[0].Version, rootfsDir)
+
+	code := "print(1)"
+	runners := []*runner{
+		{name: "bare", cmd: func() *exec.Cmd { return exec.Command(hostPython, "-c", code) }},
+	}
+	if bwrap, err := exec.LookPath("bwrap"); err == nil {
+		runners = append(runners, &runner{name: "bubblewrap", cmd: func() *exec.Cmd {
+			return exec.Command(bwrap, "--ro-bind", rootfsDir, "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+				"--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin",
+				pythonInRootfs, "-c", code)
+		}})
+	} else {
+		fmt.Println("bubblewrap: not installed (apt-get install bubblewrap), skipped")
+	}
+	if runcBin, err := exec.LookPath("runc"); err == nil {
+		bundle := filepath.Join(tmp, "bundle")
+		if err := makeBundle(runcBin, bundle, rootfsDir, pythonInRootfs, code); err != nil {
+			return fmt.Errorf("runc bundle: %w", err)
+		}
+		i := 0
+		runners = append(runners, &runner{name: "runc", cmd: func() *exec.Cmd {
+			i++
+			cmd := exec.Command(runcBin, "--root", filepath.Join(tmp, "runc-state"), "run", "--bundle", bundle, fmt.Sprintf("bench-%d-%d", os.Getpid(), i))
+			return cmd
+		}})
+	} else {
+		fmt.Println("runc: not installed (apt-get install runc), skipped")
+	}
+	runners = append(runners, &runner{name: "cellblock", cmd: func() *exec.Cmd {
+		cmd := exec.Command(filepath.Join(bins, "cellblock"), "--socket", sock, "run", "-c", code)
+		return cmd
+	}})
+
+	// Warm up each runner, then interleave.
+	for _, r := range runners {
+		if out, err := r.cmd().CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "1" {
+			return fmt.Errorf("%s does not work: %v: %s", r.name, err, out)
+		}
+	}
+	for i := 0; i < *n; i++ {
+		for _, r := range runners {
+			cmd := r.cmd()
+			var out bytes.Buffer
+			cmd.Stdout = &out
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %v", r.name, err)
+			}
+			r.times = append(r.times, time.Since(start))
+		}
+	}
+	bare := median(runners[0].times)
+	fmt.Printf("print(1), %d interleaved runs each (wall clock, whole command):\n\n", *n)
+	fmt.Println("| run | median | p90 | vs bare |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range runners {
+		m := median(r.times)
+		fmt.Printf("| %s | %s | %s | %.2f× |\n", r.name, ms(m), ms(percentile(r.times, 0.9)), float64(m)/float64(bare))
+	}
+
+	// Phases, from the daemon's own accounting, over more runs.
+	var phases []api.Phases
+	var totals []time.Duration
+	for i := 0; i < *n; i++ {
+		start := time.Now()
+		res, err := c.Run(context.Background(), &api.RunRequest{Code: code})
+		total := time.Since(start)
+		if err != nil || res.Error != nil || res.Phases == nil {
+			return fmt.Errorf("phase run: %v %+v", err, res)
+		}
+		phases = append(phases, *res.Phases)
+		totals = append(totals, total)
+	}
+	pick := func(f func(api.Phases) int64) time.Duration {
+		var d []time.Duration
+		for _, p := range phases {
+			d = append(d, time.Duration(f(p))*time.Microsecond)
+		}
+		return median(d)
+	}
+	create, start, prog, collect, teardown := pick(func(p api.Phases) int64 { return p.CreateUs }), pick(func(p api.Phases) int64 { return p.StartUs }),
+		pick(func(p api.Phases) int64 { return p.ProgramUs }), pick(func(p api.Phases) int64 { return p.CollectUs }), pick(func(p api.Phases) int64 { return p.TeardownUs })
+	total := median(totals)
+	request := total - create - start - prog - collect - teardown
+	fmt.Printf("\nwhere a cellblock run's time goes (medians of %d API calls, total %s):\n\n", *n, ms(total))
+	fmt.Println("| phase | median | what |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| request | %s | client, HTTP over the socket, decoding, queueing |\n", ms(request))
+	fmt.Printf("| create | %s | cgroup made and limited, libcontainer container created |\n", ms(create))
+	fmt.Printf("| start | %s | namespaces, mounts, pivot_root, seccomp, exec of the init |\n", ms(start))
+	fmt.Printf("| python | %s | the init plants the script, Python starts and runs |\n", ms(prog))
+	fmt.Printf("| collect | %s | output drained, cgroup statistics read |\n", ms(collect))
+	fmt.Printf("| teardown | %s | cgroup and container removed |\n", ms(teardown))
+	return nil
+}
+
+// defaultRootfs reads the default rootfs's metadata from the store.
+func defaultRootfs(stateDir string) (dir, python, source string, err error) {
+	metas, _ := filepath.Glob(filepath.Join(stateDir, "rootfs", "*", "meta.json"))
+	for _, m := range metas {
+		var meta struct {
+			Dir        string `json:"dir"`
+			Executable string `json:"executable"`
+			Source     string `json:"source"`
+			Default    bool   `json:"default"`
+		}
+		b, err := os.ReadFile(m)
+		if err != nil || json.Unmarshal(b, &meta) != nil {
+			continue
+		}
+		root := filepath.Join(filepath.Dir(m), "root")
+		if meta.Executable == "" || meta.Source == "" {
+			continue
+		}
+		return root, meta.Executable, meta.Source, nil
+	}
+	return "", "", "", fmt.Errorf("no rootfs metadata under %s", stateDir)
+}
+
+// makeBundle writes an OCI bundle that runs code on the rootfs with
+// settings close to cellblock's: read-only root, no network, tmpfs /tmp.
+func makeBundle(runcBin, bundle, rootfs, python, code string) error {
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command(runcBin, "spec", "--bundle", bundle)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("runc spec: %v: %s", err, out)
+	}
+	path := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var spec map[string]any
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return err
+	}
+	spec["root"] = map[string]any{"path": rootfs, "readonly": true}
+	proc := spec["process"].(map[string]any)
+	proc["terminal"] = false
+	proc["args"] = []string{python, "-c", code}
+	proc["env"] = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"}
+	mounts := spec["mounts"].([]any)
+	mounts = append(mounts, map[string]any{"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": []string{"nosuid", "nodev", "size=65536k"}})
+	spec["mounts"] = mounts
+	out, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, out, 0o644)
+}
+
+func median(d []time.Duration) time.Duration { return percentile(d, 0.5) }
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(p*float64(len(s)-1)+0.5)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+
+func numCPU() int {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	return strings.Count(string(b), "processor\t:")
+}
+
+func kernel() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
