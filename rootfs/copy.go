@@ -50,14 +50,14 @@ type copiedTree struct {
 	files []fileJob
 }
 
-// copyTree copies the tree at src to dst (which must not exist). Regular
-// files get fileMode or execMode (when any execute bit is set) and keep
-// their modification time, so that the host's timestamp-validated .pyc
-// files stay valid. Directories are created writable; makeReadOnly seals
-// them at the end of the build. A symlink is kept when it is relative,
-// stays inside the tree and resolves; otherwise a symlink to a regular file
-// is replaced by a copy of the file and any other symlink is dropped.
-// Special files are dropped.
+// copyTree copies the tree at src to dst; directories may exist already,
+// files may not. Regular files get fileMode or execMode (when any execute
+// bit is set) and keep their modification time, so that the host's
+// timestamp-validated .pyc files stay valid. Directories are created
+// writable; makeReadOnly seals them at the end of the build. A symlink is
+// kept when it is relative, stays inside the tree and resolves; otherwise
+// a symlink to a regular file is replaced by a copy of the file and any
+// other symlink is dropped. Special files are dropped.
 func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
 	out := &copiedTree{}
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
@@ -71,7 +71,7 @@ func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
 		target := filepath.Join(dst, rel)
 		relSlash := filepath.ToSlash(rel)
 		if rel == "." {
-			return os.Mkdir(target, 0o755)
+			return mkdirExisting(target)
 		}
 		action := copyEntry
 		if filter != nil {
@@ -84,7 +84,7 @@ func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
 			}
 			return nil
 		case d.IsDir():
-			if err := os.Mkdir(target, 0o755); err != nil {
+			if err := mkdirExisting(target); err != nil {
 				return err
 			}
 			if action == emptyDir {
@@ -109,6 +109,18 @@ func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
 		return nil, fmt.Errorf("copy %s: %w", src, err)
 	}
 	return out, nil
+}
+
+// mkdirExisting makes a directory that may already exist, as when two
+// trees (a split prefix and exec-prefix) merge into one.
+func mkdirExisting(dir string) error {
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		if fi, serr := os.Lstat(dir); serr == nil && fi.IsDir() {
+			return nil
+		}
+	}
+	return err
 }
 
 // copySymlink handles a symlink found at path inside the tree rooted at root.

@@ -163,8 +163,11 @@ func mkdirAllMode(dir string, mode os.FileMode) error {
 }
 
 // SetLogger sets where the store logs builds and their warnings; the
-// default discards.
+// default (and nil) discards.
 func (s *Store) SetLogger(l *slog.Logger) {
+	if l == nil {
+		l = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log = l
