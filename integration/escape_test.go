@@ -249,3 +249,24 @@ attempt("mknod mem", lambda: os.mknod("/tmp/mem", 0o600 | 0o020000, os.makedev(1
 		t.Errorf("/dev holds %s", res.Stdout)
 	}
 }
+
+// TestWithoutUserNamespace runs the jail the way hosts that refuse user
+// namespaces get it: as the host's nobody, still without capabilities,
+// under seccomp and in every other namespace.
+func TestWithoutUserNamespace(t *testing.T) {
+	d := startDaemon(t, "--userns", "off")
+	res := runOK(t, d, &api.RunRequest{Code: `
+import os
+st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+open("/work/x", "w").write("ok"); open("/tmp/x", "w").write("ok")
+try:
+    open("/usr/lib/evil", "w")
+    print("ESCAPED")
+except OSError:
+    pass
+print(os.getuid(), st["CapEff"].strip(), st["NoNewPrivs"].strip(), st["Seccomp"].strip())
+`})
+	if got := strings.TrimSpace(res.Stdout); got != "65534 0000000000000000 1 2" {
+		t.Errorf("without a user namespace: %q", got)
+	}
+}

@@ -92,7 +92,7 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 			tmpfs("/dev", "mode=755,size=64k", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_STRICTATIME),
 			tmpfs("/dev/shm", "mode=1777,"+size, noexec),
 			tmpfs(TmpDir, "mode=1777,"+size, unix.MS_NOSUID|unix.MS_NODEV),
-			tmpfs(WorkDir, fmt.Sprintf("mode=755,uid=%d,gid=%d,%s", JailUID, JailGID, size), unix.MS_NOSUID|unix.MS_NODEV),
+			tmpfs(WorkDir, fmt.Sprintf("mode=755,uid=%d,gid=%d,%s", r.uid, r.gid, size), unix.MS_NOSUID|unix.MS_NODEV),
 			{Source: r.initBinary, Device: "bind", Destination: InitPath, Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
 		},
 		Devices:       jailDevices,

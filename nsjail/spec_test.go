@@ -71,7 +71,7 @@ func TestEnvironAndArgv(t *testing.T) {
 }
 
 func TestConfigContainment(t *testing.T) {
-	r := &Runner{initBinary: "/usr/lib/cellblock/cellblock-init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}}
+	r := &Runner{initBinary: "/usr/lib/cellblock/cellblock-init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: JailUID, gid: JailGID}
 	s := validSpec()
 	s.Mounts = []Mount{{Source: "/envs/abc", Destination: "/opt/env"}}
 	cfg := s.libcontainerConfig(r, "cellblock/r1")
@@ -110,9 +110,18 @@ func TestConfigContainment(t *testing.T) {
 	if limits[unix.RLIMIT_CORE] != 0 || limits[unix.RLIMIT_NOFILE] != 64 || limits[unix.RLIMIT_FSIZE] != 1<<20 {
 		t.Errorf("rlimits %v", limits)
 	}
-	r.userns = nil
-	if cfg := s.libcontainerConfig(r, "x"); cfg.Namespaces.Contains(configs.NEWUSER) {
+	if m := seen[WorkDir]; m == nil || !strings.Contains(m.Data, "uid=1000,gid=1000") {
+		t.Errorf("the working directory is not the jail user's: %+v", m)
+	}
+	r.userns, r.uid, r.gid = nil, NoUserNSUID, NoUserNSUID
+	cfg = s.libcontainerConfig(r, "x")
+	if cfg.Namespaces.Contains(configs.NEWUSER) {
 		t.Errorf("user namespace without a mapping")
+	}
+	for _, m := range cfg.Mounts {
+		if m.Destination == WorkDir && !strings.Contains(m.Data, "uid=65534,gid=65534") {
+			t.Errorf("without a user namespace the working directory must belong to %d: %+v", NoUserNSUID, m)
+		}
 	}
 }
 
