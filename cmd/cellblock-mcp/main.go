@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -21,8 +22,9 @@ import (
 	"github.com/cellblock/cellblock/internal/mcpserver"
 )
 
-// version is set at link time: -ldflags "-X main.version=...".
-var version = "dev"
+// version is set at link time: -ldflags "-X main.version=...". Without it
+// the module version Go recorded is used.
+var version = ""
 
 // startupInfoTimeout bounds the /v1/info request made at start-up.
 const startupInfoTimeout = 3 * time.Second
@@ -36,7 +38,7 @@ func main() {
 
 func run() error {
 	fs := flag.NewFlagSet("cellblock-mcp", flag.ContinueOnError)
-	socket := fs.String("socket", "", "cellblockd's socket (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
+	socket := fs.String("socket", "", "cellblockd's socket `PATH` (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
 	httpAddr := fs.String("http", "", "serve streamable HTTP on `ADDR` (such as 127.0.0.1:8808), endpoint "+mcpserver.HTTPPath+", instead of stdio")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
@@ -53,6 +55,12 @@ func run() error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if version == "" {
+		version = "devel"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version = bi.Main.Version
+		}
 	}
 	if *showVersion {
 		fmt.Println("cellblock-mcp", version)

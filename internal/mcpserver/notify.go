@@ -89,8 +89,35 @@ func (r *outputRelay) Close() {
 	close(r.stop)
 	<-r.done
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	sent := len(r.pending) > 0
 	r.flushLocked()
+	r.mu.Unlock()
+	if sent {
+		r.waitHandedOver()
+	}
+}
+
+// handOverWait bounds how long Close waits for the transport to take the
+// last notifications off the session's queue.
+const handOverWait = 200 * time.Millisecond
+
+// waitHandedOver waits until the transport has taken the queued
+// notifications off the session's channel. mcp-go's streamable HTTP
+// server drops a notification its forwarder picks up after the tool call
+// has returned, so output flushed at the very end of a run would often be
+// lost if the result went out at once.
+func (r *outputRelay) waitHandedOver() {
+	session := server.ClientSessionFromContext(r.ctx)
+	if session == nil {
+		return
+	}
+	ch := session.NotificationChannel()
+	deadline := time.Now().Add(handOverWait)
+	for len(ch) > 0 && r.ctx.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	// The forwarder has the notification; let it write it out.
+	time.Sleep(5 * time.Millisecond)
 }
 
 func (r *outputRelay) tick() {

@@ -2,71 +2,31 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/pep723"
 )
-
-// runArgs are run_python's arguments.
-type runArgs struct {
-	Code           string            `json:"code"`
-	Dependencies   []string          `json:"dependencies"`
-	TimeoutSeconds *float64          `json:"timeout_seconds"`
-	Python         string            `json:"python"`
-	Env            map[string]string `json:"env"`
-	MemoryMB       *float64          `json:"memory_mb"`
-}
-
-// request turns the arguments into the daemon's run request. The
-// daemon checks the limits; this only converts units and rejects what
-// cannot be converted.
-func (a *runArgs) request() (*api.RunRequest, error) {
-	if strings.TrimSpace(a.Code) == "" {
-		return nil, errors.New(`"code" is required: pass the Python program to run as a string`)
-	}
-	req := &api.RunRequest{
-		Code:   a.Code,
-		Python: strings.TrimSpace(a.Python),
-		Env:    a.Env,
-		// The daemon merges these with the script's PEP 723 block.
-		Dependencies: pep723.Merge(nil, a.Dependencies),
-	}
-	if a.TimeoutSeconds != nil {
-		s := *a.TimeoutSeconds
-		if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 {
-			return nil, errors.New(`"timeout_seconds" must be a positive number of seconds, such as 10`)
-		}
-		req.TimeoutMs = int64(math.Ceil(min(s, 1e9) * 1000))
-	}
-	if a.MemoryMB != nil {
-		m := *a.MemoryMB
-		if math.IsNaN(m) || math.IsInf(m, 0) || m <= 0 {
-			return nil, errors.New(`"memory_mb" must be a positive number of MiB, such as 256`)
-		}
-		req.MemoryBytes = int64(min(m, 1<<30) * (1 << 20))
-	}
-	return req, nil
-}
 
 // runPython is run_python's handler.
 func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	h.refreshInfo(ctx)
 
 	var args runArgs
-	if err := req.BindArguments(&args); err != nil {
-		return textResult("The arguments could not be read: "+err.Error()+
-			`. Pass an object such as {"code": "print(1)", "timeout_seconds": 10}.`, true), nil
+	if err := decodeArgs(req, &args, runArgNames...); err != nil {
+		return textResult("Nothing was run: "+err.Error()+".", true), nil
 	}
-	rr, err := args.request()
+	rr, err := args.request(h.currentInfo())
 	if err != nil {
-		return textResult(err.Error(), true), nil
+		return textResult("Nothing was run: "+err.Error()+".", true), nil
+	}
+	// The daemon's own checks of the request's shape, done here too so
+	// that a bad request costs no round trip and reads the same.
+	if e := rr.Validate(); e != nil {
+		return runResult(&api.Result{Error: e}, h.currentInfo()), nil
 	}
 
 	relay := newOutputRelay(ctx, h.srv, req)
@@ -205,8 +165,37 @@ func writeStream(b *strings.Builder, name, data string, truncated bool, res *api
 	b.WriteString(" ---")
 	if data != "" {
 		b.WriteString("\n")
-		b.WriteString(strings.TrimSuffix(data, "\n"))
+		b.WriteString(elide(strings.TrimSuffix(data, "\n"), name))
 	}
+}
+
+// Bounds on how much of each stream the text content carries. The text is
+// what a model reads; a megabyte of output would crowd out everything
+// else, so the middle of a long stream is left out of the text (the
+// structured content always has all of it). The end is kept longer than
+// the start because that is where tracebacks are.
+const (
+	textHeadBytes = 8 << 10
+	textTailBytes = 24 << 10
+)
+
+// elide shortens a long stream for the text content.
+func elide(data, name string) string {
+	if len(data) <= textHeadBytes+textTailBytes {
+		return data
+	}
+	head := data[:textHeadBytes]
+	if i := strings.LastIndexByte(head, '\n'); i > textHeadBytes/2 {
+		head = head[:i+1]
+	}
+	tail := data[len(data)-textTailBytes:]
+	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < textTailBytes/2 {
+		tail = tail[i+1:]
+	}
+	head = strings.ToValidUTF8(head, "")
+	tail = strings.ToValidUTF8(tail, "")
+	return fmt.Sprintf("%s[... %d bytes left out here; structuredContent.%s has all of it ...]\n%s",
+		head, len(data)-len(head)-len(tail), name, tail)
 }
 
 // paramOf maps a request field the daemon names onto the tool's argument.
@@ -235,7 +224,9 @@ func refusalText(e *api.Error, info *api.Info) string {
 			b.WriteString(" check_environment reports the maxima.")
 		}
 	case api.ErrUnknownPython:
-		b.WriteString(" Available: " + pythonsText(info))
+		if !strings.Contains(strings.ToLower(e.Message), "available") {
+			b.WriteString(" Available: " + pythonsText(info))
+		}
 	case api.ErrDependency:
 		b.WriteString(" Check the package names and version constraints; packages come only from the operator's configured source, and there is no network at run time.")
 	case api.ErrBusy:

@@ -96,7 +96,9 @@ func New(cfg Config) *server.MCPServer {
 		server.WithToolCapabilities(true),
 		server.WithLogging(),
 		server.WithRecovery(),
-		server.WithInputSchemaValidation(),
+		// Arguments are checked by the handlers (see decodeArgs), whose
+		// messages a model can act on; results are checked against the
+		// declared output schemas.
 		server.WithOutputSchemaValidation(),
 		server.WithInstructions(instructions),
 	)

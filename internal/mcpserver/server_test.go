@@ -124,7 +124,7 @@ func TestRunGoodCode(t *testing.T) {
 
 			req := fd.lastRequest(t)
 			if req.Code != "print('hello')" || req.TimeoutMs != 2500 || req.MemoryBytes != 100<<20 ||
-				req.Python != "3.11" || req.Env["GREETING"] != "hi" ||
+				req.Python != "3.11" || req.Env["GREETING"] != "hi" || req.Env["PYTHONUNBUFFERED"] != "1" ||
 				!reflect.DeepEqual(req.Dependencies, []string{"numpy", "rich"}) {
 				t.Errorf("the daemon got %+v", req)
 			}
@@ -182,11 +182,14 @@ func TestRunFailures(t *testing.T) {
 				r := tt.result
 				return &r
 			}
-			res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "1/0"})
+			res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "1/0", "env": map[string]any{"PYTHONUNBUFFERED": ""}})
 			if !res.IsError {
 				t.Errorf("isError is false: %s", textOf(res))
 			}
 			mustContain(t, textOf(res), tt.wants...)
+			if env := fd.lastRequest(t).Env; env["PYTHONUNBUFFERED"] != "" {
+				t.Errorf("env PYTHONUNBUFFERED was not left as the caller set it: %v", env)
+			}
 			if got := resultOf(t, res); !reflect.DeepEqual(got, tt.result) {
 				t.Errorf("structured content = %+v, want %+v", got, tt.result)
 			}
@@ -243,19 +246,22 @@ func TestRunBadArguments(t *testing.T) {
 	tests := []struct {
 		name string
 		args map[string]any
+		want string
 	}{
-		{"no code", map[string]any{}},
-		{"empty code", map[string]any{"code": "   "}},
-		{"code not a string", map[string]any{"code": 42}},
-		{"negative timeout", map[string]any{"code": "1", "timeout_seconds": -1}},
-		{"zero timeout", map[string]any{"code": "1", "timeout_seconds": 0}},
-		{"timeout over the maximum", map[string]any{"code": "1", "timeout_seconds": 124}},
-		{"memory over the maximum", map[string]any{"code": "1", "memory_mb": 5000}},
-		{"dependencies not a list", map[string]any{"code": "1", "dependencies": "numpy"}},
-		{"env value not a string", map[string]any{"code": "1", "env": map[string]any{"A": 1}}},
-		{"bad env name", map[string]any{"code": "1", "env": map[string]any{"1A": "x"}}},
-		{"unknown argument", map[string]any{"code": "1", "stdin": "x"}},
-		{"python not a version", map[string]any{"code": "1", "python": "latest"}},
+		{"no code", map[string]any{}, `"code" is required`},
+		{"empty code", map[string]any{"code": "   "}, `"code" is required`},
+		{"code not a string", map[string]any{"code": 42}, `"code" must be a string holding the whole program, such as "print(1)", not a number`},
+		{"negative timeout", map[string]any{"code": "1", "timeout_seconds": -1}, `"timeout_seconds" must be a positive number of seconds`},
+		{"zero timeout", map[string]any{"code": "1", "timeout_seconds": 0}, `"timeout_seconds" must be a positive number`},
+		{"timeout not a number", map[string]any{"code": "1", "timeout_seconds": "10s"}, `"timeout_seconds" must be a number of seconds, such as 10, not a string`},
+		{"timeout over the maximum", map[string]any{"code": "1", "timeout_seconds": 124}, `"timeout_seconds" is 124; the most this sandbox allows is 123 (the default is 7)`},
+		{"memory over the maximum", map[string]any{"code": "1", "memory_mb": 5000}, `"memory_mb" is 5000; the most this sandbox allows is 3072 (the default is 200)`},
+		{"dependencies not a list", map[string]any{"code": "1", "dependencies": "numpy"}, `"dependencies" must be an array of requirement strings`},
+		{"env value not a string", map[string]any{"code": "1", "env": map[string]any{"A": 1}}, `"env" must be an object mapping names to string values`},
+		{"bad env name", map[string]any{"code": "1", "env": map[string]any{"1A": "x"}}, `bad_request (env): "1A" is not a valid variable name`},
+		{"reserved env name", map[string]any{"code": "1", "env": map[string]any{"LD_PRELOAD": "x"}}, "set by the sandbox"},
+		{"unknown argument", map[string]any{"code": "1", "stdin": "x"}, `unknown argument "stdin": this tool takes code, dependencies, timeout_seconds, python, env, memory_mb`},
+		{"python not a version", map[string]any{"code": "1", "python": "latest"}, `"python" must be a version such as "3.12", not "latest"; available: 3.12.7 (default), 3.11.9`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -263,9 +269,7 @@ func TestRunBadArguments(t *testing.T) {
 			if !res.IsError {
 				t.Errorf("isError is false for %v: %s", tt.args, textOf(res))
 			}
-			if textOf(res) == "" {
-				t.Error("no explanation")
-			}
+			mustContain(t, textOf(res), tt.want)
 		})
 	}
 	fd.mu.Lock()
@@ -674,6 +678,25 @@ func TestValidatePython(t *testing.T) {
 		}
 	})
 
+	t.Run("bad arguments", func(t *testing.T) {
+		for args, want := range map[string]string{
+			`{}`:                             `"code" is required`,
+			`{"code": "x", "timeout": 3}`:    `unknown argument "timeout": this tool takes code, python`,
+			`{"code": "x", "python": "3.x"}`: `"python" must be a version such as "3.12"`,
+			`{"code": ["x"]}`:                `"code" must be a string`,
+		} {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(args), &m); err != nil {
+				t.Fatal(err)
+			}
+			res := callTool(t, ctx, c, ToolValidatePython, m)
+			if !res.IsError {
+				t.Errorf("%s: isError is false", args)
+			}
+			mustContain(t, textOf(res), "Nothing was checked", want)
+		}
+	})
+
 	t.Run("checker refused", func(t *testing.T) {
 		fd.run = func(context.Context, *api.RunRequest, func(string, string)) *api.Result {
 			return &api.Result{Error: &api.Error{Type: api.ErrUnknownPython, Field: "python", Message: "no interpreter matches 2.7"}}
@@ -695,6 +718,26 @@ func TestValidatePython(t *testing.T) {
 		}
 		mustContain(t, textOf(res), "did not finish", "MemoryError")
 	})
+}
+
+func TestLongOutputElided(t *testing.T) {
+	fd := startFakeDaemon(t)
+	var long strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&long, "line %d\n", i)
+	}
+	want := api.Result{ExitCode: 1, Stdout: long.String(), Stderr: "Traceback (most recent call last):\n  File \"main.py\"\nKeyError: 'x'\n"}
+	fd.run = func(context.Context, *api.RunRequest, func(string, string)) *api.Result { r := want; return &r }
+	c := connect(t, newServer(t, fd))
+	res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "..."})
+	text := textOf(res)
+	if len(text) > 40<<10 {
+		t.Errorf("text is %d bytes", len(text))
+	}
+	mustContain(t, text, "line 0\n", "line 19999", "bytes left out here; structuredContent.stdout has all of it", "KeyError: 'x'")
+	if got := resultOf(t, res); got.Stdout != want.Stdout {
+		t.Error("the structured content does not have the whole stdout")
+	}
 }
 
 func TestUncaughtException(t *testing.T) {

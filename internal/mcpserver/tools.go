@@ -25,7 +25,7 @@ What the sandbox allows and forbids:
 `)
 	b.WriteString("- " + networkText(info) + "\n")
 	b.WriteString("- " + filesystemText(info) + "\n")
-	b.WriteString("- Third-party packages only through \"dependencies\" or a PEP 723 \"# /// script\" block at the top of the code; " +
+	b.WriteString("- Third-party packages only through \"dependencies\" or a PEP 723 \"# /// script\" block at the top of the code. " +
 		dependencySourceText(info) + " Nothing can be installed while the program runs (no pip, no network).\n")
 	b.WriteString("- Python: " + pythonsText(info) + "\n")
 	b.WriteString("- Limits: " + limitsText(info) + "\n")
@@ -33,8 +33,9 @@ What the sandbox allows and forbids:
 		fmt.Fprintf(&b, "- Up to %d runs execute at once and %d more may wait; beyond that a call is refused as busy (try again shortly).\n",
 			info.MaxConcurrent, info.QueueSize)
 	}
-	b.WriteString(`
-The result: the text says how the program ended (exit status, uncaught exception, timeout or memory limit) followed by stdout and stderr; structuredContent holds the full result object (exit_code, stdout, stderr, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, ...). A program that raises, exits non-zero, times out or is killed for memory comes back with isError true and the traceback in stderr: read it, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed) also has isError true, with the reason in "error".
+	b.WriteString(`- PYTHONUNBUFFERED=1 is set unless "env" sets it, so output is sent as it is written.
+
+The result: the text says how the program ended (exit status, uncaught exception, timeout or memory limit) followed by stdout and stderr; structuredContent holds the full result object (exit_code, stdout, stderr, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, ...). Very long output is shortened in the text (the middle is left out); structuredContent always has all of it, up to the output limit. A program that raises, exits non-zero, times out or is killed for memory comes back with isError true and the traceback in stderr: read it, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed) also has isError true, with the reason in "error".
 
 While a long run goes on, its output is sent as notifications/progress (when the call carries a progressToken) and as notifications/message log entries (logger "stdout" or "stderr", level info).
 
@@ -67,7 +68,8 @@ With a package:
 			"env": map[string]any{
 				"type": "object",
 				"description": "Extra environment variables for the program, name to value. " +
-					"PATH, HOME, PYTHONHOME, PYTHONPATH and LD_* are set by the sandbox and cannot be overridden. " +
+					"PATH, HOME, PYTHONHOME, PYTHONPATH and LD_* are set by the sandbox and cannot be overridden; " +
+					"PYTHONUNBUFFERED is 1 unless set here. " +
 					fmt.Sprintf("At most %d variables.", api.MaxEnv),
 				"additionalProperties": map[string]any{"type": "string"},
 				"propertyNames":        map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -191,10 +193,19 @@ func pythonSchema(info *api.Info) map[string]any {
 // Descriptions of the sandbox's policies.
 
 func networkText(info *api.Info) string {
-	if info == nil || info.Network == "" || info.Network == "none" {
-		return "No network: the program cannot open connections, resolve names or reach the internet (only an isolated loopback interface, if any)."
+	const none = "No network: the program cannot resolve names, open connections or reach the internet"
+	switch {
+	case info == nil || info.Network == "" || info.Network == "none":
+		return none + "."
+	case strings.HasPrefix(info.Network, "none"):
+		detail := strings.TrimSpace(strings.TrimLeft(strings.TrimPrefix(info.Network, "none"), ":;,-"))
+		if detail == "" {
+			return none + "."
+		}
+		return none + " (" + strings.TrimSuffix(detail, ".") + ")."
+	default:
+		return "Network: " + strings.TrimSuffix(info.Network, ".") + "."
 	}
-	return "Network: " + info.Network + "."
 }
 
 func filesystemText(info *api.Info) string {
@@ -205,14 +216,18 @@ func filesystemText(info *api.Info) string {
 	}
 	b.WriteString(" and are discarded when the run ends.")
 	if info != nil && info.Filesystem != "" {
-		b.WriteString(" (" + strings.TrimSuffix(info.Filesystem, ".") + ".)")
+		b.WriteString(" In the daemon's words: " + strings.TrimSuffix(info.Filesystem, ".") + ".")
 	}
 	return b.String()
 }
 
 func dependencySourceText(info *api.Info) string {
-	if info == nil || info.Dependencies == nil {
-		return "Packages are installed from the source the operator configured and cached, so repeat runs with the same packages start fast; index settings inside the script (such as [tool.uv]) are ignored."
+	const ignored = " Index settings inside the script (such as [tool.uv]) are ignored."
+	switch {
+	case info == nil:
+		return "Packages are installed from the source the operator configured and cached, so repeat runs with the same packages start fast." + ignored
+	case info.Dependencies == nil:
+		return "This daemon does not report dependency support, so a run that asks for packages may be refused with dependency_error; check_environment tells more." + ignored
 	}
 	d := info.Dependencies
 	var b strings.Builder
@@ -227,7 +242,7 @@ func dependencySourceText(info *api.Info) string {
 	if d.OnlyBinary {
 		b.WriteString(", as pre-built wheels only (no source builds)")
 	}
-	b.WriteString("; environments are cached, so repeat runs with the same packages start fast. Index settings inside the script (such as [tool.uv]) are ignored.")
+	b.WriteString("; environments are cached, so repeat runs with the same packages start fast." + ignored)
 	return b.String()
 }
 
@@ -255,9 +270,16 @@ func limitsText(info *api.Info) string {
 	}
 	d, m := info.Defaults, info.Maxima
 	return fmt.Sprintf("timeout %s by default (at most %s); memory %s by default (at most %s); "+
-		"at most %d processes and threads by default; %g CPU core(s); stdout and stderr are each cut off after %s.",
+		"at most %d processes and threads; %g CPU core%s; stdout and stderr are each cut off after %s.",
 		fmtMs(d.TimeoutMs), fmtMs(m.TimeoutMs), fmtBytes(d.MemoryBytes), fmtBytes(m.MemoryBytes),
-		d.Pids, d.CPUs, fmtBytes(d.OutputBytes))
+		d.Pids, d.CPUs, plural(d.CPUs), fmtBytes(d.OutputBytes))
+}
+
+func plural(n float64) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // JSON Schema helpers.

@@ -102,6 +102,15 @@ func TestHTTPTransport(t *testing.T) {
 	}
 }
 
+// codeOf is the code of call i of exerciseTransport: even calls print,
+// odd ones raise.
+func codeOf(i int) string {
+	if i%2 == 1 {
+		return fmt.Sprintf("raise RuntimeError(%d)", i)
+	}
+	return fmt.Sprintf("print(%d)", i)
+}
+
 func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.Client) {
 	fd := startFakeDaemon(t)
 	c := connect(newServer(t, fd))
@@ -123,6 +132,10 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 	arrived.Add(n)
 	allIn := make(chan struct{})
 	go func() { arrived.Wait(); close(allIn) }()
+	tokens := map[string]string{} // code -> progress token
+	for i := range n {
+		tokens[codeOf(i)] = fmt.Sprintf("t%d", i)
+	}
 	fd.run = func(ctx context.Context, req *api.RunRequest, emit func(string, string)) *api.Result {
 		emit("stdout", "progress of "+req.Code+"\n")
 		arrived.Done()
@@ -130,6 +143,17 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 		case <-allIn:
 		case <-time.After(10 * time.Second):
 			return &api.Result{ExitCode: 99, Stderr: "not concurrent"}
+		}
+		// The run goes on until its output has reached its caller.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if msgs, _ := ns.progress(tokens[req.Code]); len(msgs) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return &api.Result{ExitCode: 98, Stderr: "no progress notification during the run"}
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		if strings.Contains(req.Code, "raise") {
 			return &api.Result{ExitCode: 1, Stderr: "Traceback (most recent call last):\n  File \"main.py\", line 1\nRuntimeError: " + req.Code + "\n"}
@@ -142,10 +166,7 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			code := fmt.Sprintf("print(%d)", i)
-			if i%2 == 1 {
-				code = fmt.Sprintf("raise RuntimeError(%d)", i)
-			}
+			code := codeOf(i)
 			res, err := c.CallTool(ctx, toolRequest(ToolRunPython, map[string]any{"code": code}, fmt.Sprintf("t%d", i)))
 			switch {
 			case err != nil:
@@ -163,12 +184,8 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 		t.Error(err)
 	}
 	for i := range n {
-		code := fmt.Sprintf("print(%d)", i)
-		if i%2 == 1 {
-			code = fmt.Sprintf("raise RuntimeError(%d)", i)
-		}
+		code := codeOf(i)
 		var msgs []string
-		if i == 1 { time.Sleep(time.Second); ns.dump(t) }
 		waitFor(t, fmt.Sprintf("progress of call %d", i), 5*time.Second, func() bool {
 			msgs, _ = ns.progress(fmt.Sprintf("t%d", i))
 			return len(msgs) > 0
@@ -200,4 +217,34 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 	}
 	res := callTool(t, ctx, c, ToolRunPython, map[string]any{"code": "print('still here')"})
 	mustContain(t, textOf(res), "still here")
+}
+
+// TestTailOutputDelivered checks that output written just before a run
+// ends still reaches the caller as a notification, also over streamable
+// HTTP, where mcp-go drops notifications that are still queued when the
+// call returns.
+func TestTailOutputDelivered(t *testing.T) {
+	for _, p := range protocols {
+		t.Run("http-"+p.name, func(t *testing.T) {
+			fd := startFakeDaemon(t)
+			fd.run = func(_ context.Context, req *api.RunRequest, emit func(string, string)) *api.Result {
+				emit("stdout", "last words of "+req.Code+"\n")
+				return &api.Result{Stdout: "last words of " + req.Code + "\n"}
+			}
+			c := serveHTTP(t, newServer(t, fd), p.opts...)
+			ns := collect(c)
+			for i := range 20 {
+				token := fmt.Sprintf("tail-%d", i)
+				code := fmt.Sprintf("print(%d)", i)
+				res, err := c.CallTool(context.Background(), toolRequest(ToolRunPython, map[string]any{"code": code}, token))
+				if err != nil || res.IsError {
+					t.Fatalf("call %d: %v %v", i, err, res)
+				}
+				waitFor(t, "the last output as a notification", 2*time.Second, func() bool {
+					msgs, _ := ns.progress(token)
+					return strings.Join(msgs, "") == "last words of "+code+"\n"
+				})
+			}
+		})
+	}
 }

@@ -112,27 +112,18 @@ type metadataReport struct {
 	Error          string   `json:"error,omitempty"`
 }
 
-// validateArgs are validate_python's arguments.
-type validateArgs struct {
-	Code   string `json:"code"`
-	Python string `json:"python"`
-}
-
 // validatePython is validate_python's handler: PEP 723 in Go, syntax in the
 // sandbox.
 func (h *handler) validatePython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	h.refreshInfo(ctx)
 
 	var args validateArgs
-	if err := req.BindArguments(&args); err != nil {
-		return textResult("The arguments could not be read: "+err.Error()+
-			`. Pass an object such as {"code": "print(1)"}.`, true), nil
+	err := decodeArgs(req, &args, validateArgNames...)
+	if err == nil {
+		err = args.check(h.currentInfo())
 	}
-	if strings.TrimSpace(args.Code) == "" {
-		return textResult(`"code" is required: pass the Python program to check as a string.`, true), nil
-	}
-	if len(args.Code) > api.MaxStdinBytes {
-		return textResult(fmt.Sprintf("The code is %d bytes; validate_python checks at most %d.", len(args.Code), api.MaxStdinBytes), true), nil
+	if err != nil {
+		return textResult("Nothing was checked: "+err.Error()+".", true), nil
 	}
 
 	var out validation
