@@ -10,8 +10,18 @@ LDFLAGS := -X github.com/cellblock/cellblock/internal/daemon.Version=$(VERSION)
 DAEMON_ENV  := CGO_ENABLED=1
 DAEMON_TAGS := seccomp
 TESTFLAGS   ?=
+# How long `make fuzz` runs each fuzz target.
+FUZZTIME    ?= 20s
 
-.PHONY: all deps build unit integration test demo bench fmt vet clean
+# Where `make install` puts things; DESTDIR stages into another root.
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+SYSCONFDIR  ?= /etc
+DESTDIR     ?=
+
+.PHONY: all deps build unit fuzz integration test demo bench fmt vet clean install uninstall
 
 all: build
 
@@ -20,8 +30,8 @@ deps:
 
 build: deps
 	$(DAEMON_ENV) $(GO) build -tags $(DAEMON_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/cellblockd ./cmd/cellblockd
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/cellblock ./cmd/cellblock
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/cellblock-mcp ./cmd/cellblock-mcp
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X github.com/cellblock/cellblock/internal/cli.Version=$(VERSION)' -o $(BIN)/cellblock ./cmd/cellblock
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/cellblock-mcp ./cmd/cellblock-mcp
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/cellblock-init ./cmd/cellblock-init
 
 # Unit tests: no root needed, fast. Root-only tests in these packages skip
@@ -29,13 +39,18 @@ build: deps
 unit: deps
 	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) $(TESTFLAGS) $$($(GO) list ./... | grep -v /integration)
 
+# Each fuzz target for FUZZTIME, starting from its seed corpus.
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRunRequest$$' -fuzztime=$(FUZZTIME) ./internal/server
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/pep723
+
 # The root suite: the real daemon over the real socket, real jails.
 integration: build
 	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) -count=1 -timeout 40m -v $(TESTFLAGS) ./integration/... 2>&1 | scripts/summarize-tests.sh
 
 # Every test. Run as root (sudo make test); without root the privileged
 # tests report that they were skipped and why.
-test: unit integration
+test: unit fuzz integration
 
 demo: build
 	@scripts/demo.sh
@@ -52,3 +67,28 @@ vet:
 
 clean:
 	rm -rf $(BIN)
+
+# The binaries (cellblock-init beside cellblockd, where the daemon looks for
+# it), the systemd units with the paths filled in, the sysusers.d drop-in
+# for the group "cellblock" and, unless there is one, the default config.
+# It starts nothing: see the README's "Running it as a service".
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/default
+	install -m 0755 $(BIN)/cellblockd $(BIN)/cellblock $(BIN)/cellblock-mcp $(BIN)/cellblock-init $(DESTDIR)$(BINDIR)/
+	for u in cellblockd.service cellblockd.socket; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+	install -m 0644 deploy/sysusers.d/cellblock.conf $(DESTDIR)$(SYSUSERSDIR)/cellblock.conf
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/default/cellblockd ]; then \
+		echo "keeping the existing $(DESTDIR)$(SYSCONFDIR)/default/cellblockd"; \
+	else \
+		install -m 0644 deploy/default/cellblockd $(DESTDIR)$(SYSCONFDIR)/default/cellblockd; \
+	fi
+
+# Removes what install put there except the config (and the state in
+# /var/lib/cellblock).
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,cellblockd cellblock cellblock-mcp cellblock-init)
+	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,cellblockd.service cellblockd.socket)
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/cellblock.conf
