@@ -103,6 +103,7 @@ func startDaemon(t *testing.T, args ...string) *Daemon {
 	if flagValue(args, "--cgroup-name") == "" {
 		args = append(args, "--cgroup-name", cgroupName(t))
 	}
+	ourCgroupNames.Store(flagValue(args, "--cgroup-name"), true)
 	d.StateDir = state
 	logf, err := os.Create(d.logPath)
 	if err != nil {
@@ -354,8 +355,17 @@ func runOK(t *testing.T, d *Daemon, req *api.RunRequest) *api.Result {
 	return res
 }
 
-// leftoverCgroups lists run cgroups under any hierarchy: directories below
-// a "cellblock" directory (v1) or below cellblock's "runs" (v2).
+// ourCgroupNames are the --cgroup-name values of the daemons this test
+// binary started ("cellblock" for the shared one), so that the leftover
+// checks look only at our own subtrees.
+var ourCgroupNames = func() *sync.Map {
+	var m sync.Map
+	m.Store("cellblock", true)
+	return &m
+}()
+
+// leftoverCgroups lists run cgroups that our daemons left in any hierarchy:
+// directories below one of our subtrees (v1) or below its "runs" (v2).
 func leftoverCgroups() []string {
 	var found []string
 	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
@@ -366,7 +376,10 @@ func leftoverCgroups() []string {
 			return filepath.SkipDir
 		}
 		parent := filepath.Base(filepath.Dir(p))
-		if strings.HasPrefix(parent, "cellblock") || (parent == "runs" && strings.Contains(p, "/cellblock")) {
+		if parent == "runs" {
+			parent = filepath.Base(filepath.Dir(filepath.Dir(p)))
+		}
+		if _, ours := ourCgroupNames.Load(parent); ours {
 			found = append(found, p)
 		}
 		return nil
