@@ -1,0 +1,271 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
+)
+
+// Where the daemon lives in the guest. serviceCgroup plays the part of the
+// cgroup systemd gives a unit with Delegate=yes: the daemon starts in it
+// alone and makes it its subtree (<own>/daemon, <own>/runs/<id>).
+const (
+	serviceCgroup = cgroupRoot + "/cellblockd"
+	runsCgroup    = serviceCgroup + "/runs"
+	daemonLeaf    = serviceCgroup + "/daemon"
+	daemonSocket  = "/run/cellblock/cellblockd.sock"
+	daemonState   = "/var/lib/cellblock"
+	daemonLogName = "daemon.log"
+)
+
+// startTimeout bounds the daemon's start-up: under TCG it builds the Python
+// rootfs from the 9p-shared /usr and proves a jail with a probe run.
+const startTimeout = 4 * time.Minute
+
+// daemonProc is the cellblockd the guest started.
+type daemonProc struct {
+	cmd     *exec.Cmd
+	client  *client.Client
+	logPath string
+	done    chan struct{}
+	exitErr error
+}
+
+// startDaemon starts cellblockd in serviceCgroup, waits until it answers
+// and checks that it took the v2 path: mode v2, itself in <own>/daemon,
+// the run controllers enabled for <own>/runs.
+func startDaemon(ctx context.Context, cfg Config, rep *reporter) (*daemonProc, string, error) {
+	if err := os.Mkdir(serviceCgroup, 0o755); err != nil {
+		return nil, "", err
+	}
+	cg, err := os.Open(serviceCgroup)
+	if err != nil {
+		return nil, "", err
+	}
+	defer cg.Close()
+	d := &daemonProc{logPath: filepath.Join(cfg.OutDir, daemonLogName), done: make(chan struct{})}
+	logf, err := os.Create(d.logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	defer logf.Close()
+	d.cmd = exec.Command(cfg.Daemon, "--socket", daemonSocket, "--state-dir", daemonState,
+		"--python", cfg.Python, "--log-format", "json", "--max-concurrent", "2")
+	d.cmd.Stdout = logf
+	d.cmd.Stderr = logf
+	// clone3(CLONE_INTO_CGROUP): the daemon is born in its cgroup, alone.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	t0 := time.Now()
+	if err := d.cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start %s: %w", cfg.Daemon, err)
+	}
+	go func() { d.exitErr = d.cmd.Wait(); close(d.done) }()
+	d.client = client.New(daemonSocket)
+	rep.logf("daemon started (pid %d); waiting for it to build its rootfs and answer", d.cmd.Process.Pid)
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := d.client.Health(hctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		select {
+		case <-d.done:
+			return d, "", fmt.Errorf("cellblockd exited during start-up: %v; log: %s", d.exitErr, d.logTail())
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return d, "", fmt.Errorf("cellblockd did not answer within %v: %v; log: %s", startTimeout, err, d.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ready := time.Since(t0)
+
+	info, err := d.client.Info(ctx)
+	if err != nil {
+		return d, "", fmt.Errorf("info: %w", err)
+	}
+	if info.CgroupMode != "v2" {
+		return d, "", fmt.Errorf("cellblockd reports cgroup mode %q, want v2", info.CgroupMode)
+	}
+	own, err := readTrim(fmt.Sprintf("/proc/%d/cgroup", d.cmd.Process.Pid))
+	if err != nil {
+		return d, "", err
+	}
+	if want := "0::" + strings.TrimPrefix(daemonLeaf, cgroupRoot); own != want {
+		return d, "", fmt.Errorf("the daemon is in cgroup %q, want %q", own, want)
+	}
+	for _, dir := range []string{serviceCgroup, runsCgroup} {
+		sub, err := readTrim(filepath.Join(dir, "cgroup.subtree_control"))
+		if err != nil {
+			return d, "", err
+		}
+		for _, c := range rootControllers {
+			if !strings.Contains(" "+sub+" ", " "+c+" ") {
+				return d, "", fmt.Errorf("%s/cgroup.subtree_control is %q: no %s", dir, sub, c)
+			}
+		}
+	}
+	var py string
+	for _, p := range info.Pythons {
+		py += p.Version + " "
+	}
+	return d, fmt.Sprintf("ready in %.1fs; cgroup_mode %s; daemon in %s; runs in %s with %v; user_namespace %v; python %s",
+		ready.Seconds(), info.CgroupMode, strings.TrimPrefix(own, "0::"), strings.TrimPrefix(runsCgroup, cgroupRoot),
+		rootControllers, info.UserNamespace, strings.TrimSpace(py)), nil
+}
+
+// run carries out req; a run the daemon refused is an error.
+func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func(stream, data string)) (*api.Result, error) {
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	res, err := d.client.RunStream(rctx, req, onOutput)
+	if err != nil {
+		return nil, fmt.Errorf("run: %w; log: %s", err, d.logTail())
+	}
+	if res.Error != nil {
+		return res, fmt.Errorf("run refused: %v; log: %s", res.Error, d.logTail())
+	}
+	return res, nil
+}
+
+// stop sends SIGTERM and waits up to grace for the daemon to exit.
+func (d *daemonProc) stop(grace time.Duration) error {
+	select {
+	case <-d.done:
+		return fmt.Errorf("cellblockd had already exited: %v", d.exitErr)
+	default:
+	}
+	if err := d.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-d.done:
+		return d.exitErr
+	case <-time.After(grace):
+		d.kill()
+		return fmt.Errorf("cellblockd did not exit within %v of SIGTERM", grace)
+	}
+}
+
+// kill ends the daemon if it is still running.
+func (d *daemonProc) kill() {
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// logTail is the end of the daemon's log, for error messages.
+func (d *daemonProc) logTail() string {
+	b, _ := os.ReadFile(d.logPath)
+	const max = 1500
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// runDir returns the directory of the one run in flight.
+func runDir() (string, error) {
+	entries, err := os.ReadDir(runsCgroup)
+	if err != nil {
+		return "", err
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) != 1 {
+		return "", fmt.Errorf("%d run cgroups in %s (%v), want exactly 1", len(dirs), runsCgroup, dirs)
+	}
+	return filepath.Join(runsCgroup, dirs[0]), nil
+}
+
+// cgroupProcs lists the pids in dir and every cgroup below it.
+func cgroupProcs(dir string) ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !e.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return err
+			}
+			pids = append(pids, n)
+		}
+		return nil
+	})
+	return pids, err
+}
+
+// keyedValue reads one "key value" line of a flat-keyed cgroup file.
+func keyedValue(path, key string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s has no %q", path, key)
+}
+
+// removeCgroupTree removes dir and every cgroup below it, deepest first;
+// it fails if any of them still has a process.
+func removeCgroupTree(dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := unix.Rmdir(dirs[i]); err != nil {
+			return fmt.Errorf("rmdir %s: %w", dirs[i], err)
+		}
+	}
+	return nil
+}

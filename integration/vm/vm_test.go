@@ -1,0 +1,326 @@
+// Package vm proves cellblock's cgroup v2 path on a real cgroup v2 kernel,
+// from a host that may itself be hybrid or v1. The test boots Debian's
+// generic kernel under qemu (TCG: nested KVM does not run stock kernels
+// here) with cgroup v1 disabled, shares the host's /usr, /etc, the built
+// binaries and a scratch directory over virtio-9p, and runs the real
+// cellblockd with real jails inside. The guest (package guest, built as a
+// static /init) reports one line per check; every check becomes a subtest
+// here.
+//
+// The test needs root (it runs apt-get and the daemon needs it in the
+// guest's image of the host) and skips without it. Outside CI it skips
+// when qemu or the kernel cannot be had; in CI (CI set) that is a failure,
+// so that the proof never passes silently. Run it with `sudo make vmtest`.
+package vm
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/integration/vm/guest"
+)
+
+// Limits of one VM run. Under TCG the guest boots in seconds and the
+// whole suite takes a few minutes; these only bound a hang.
+const (
+	guestTimeout = 6 * time.Minute // the guest reports what is left as failed
+	qemuTimeout  = 8 * time.Minute // then qemu is killed
+	guestMemory  = "2048"          // MiB: more than the 1 GiB the OOM check asks for
+	guestCPUs    = "2"
+)
+
+// Paths in the guest.
+const (
+	guestBin = "/opt/cellblock/bin" // the repository's bin/
+	guestOut = "/vmtest"            // the writable scratch share
+)
+
+// defaultCacheDir keeps the unpacked kernel between runs.
+const defaultCacheDir = "/var/cache/cellblock-vm"
+
+// repoRoot is the repository's top directory.
+var repoRoot = func() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
+}()
+
+// unavailable ends the test when the VM's ingredients cannot be had: a skip
+// on a developer's machine, a failure in CI.
+func unavailable(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: the cgroup v2 proof must run)", msg)
+	}
+	t.Skipf("%s; install qemu-system-x86 and xz-utils, or run `sudo make vmtest`", msg)
+}
+
+func TestCgroupV2InVM(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it downloads a kernel with apt-get and boots a VM whose jails need root (run `sudo make vmtest`)")
+	}
+	t0 := time.Now()
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		unavailable(t, "qemu-system-x86_64 not found")
+	}
+	cacheDir := os.Getenv("CELLBLOCK_VM_CACHE")
+	if cacheDir == "" {
+		cacheDir = defaultCacheDir
+	}
+	k, err := ensureKernel(cacheDir, t.Logf)
+	if err != nil {
+		if errors.Is(err, errSetup) {
+			unavailable(t, "kernel: %v", err)
+		}
+		t.Fatalf("kernel: %v", err)
+	}
+	t.Logf("kernel %s (%s) ready after %v", k.pkg, k.vmlinux, time.Since(t0).Round(time.Millisecond))
+
+	bin := filepath.Join(repoRoot, "bin")
+	for _, b := range []string{"cellblockd", "cellblock-init"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s is missing: run `make build` first (%v)", filepath.Join(bin, b), err)
+		}
+	}
+	python, pyShare := guestPython(t)
+
+	// The scratch share: built binaries in, results and logs out. Kept
+	// when the test fails.
+	out, err := os.MkdirTemp("", "cellblock-vm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("VM files kept in %s (console.log, daemon.log, cgroup-test.log, results)", out)
+			return
+		}
+		os.RemoveAll(out)
+	})
+	tb := time.Now()
+	goBuild(t, filepath.Join(out, "init"), "build", "./integration/vm/guestinit")
+	goBuild(t, filepath.Join(out, "cgroup.test"), "test", "-c", "./cgroup")
+	t.Logf("guest init and cgroup test binary built in %v", time.Since(tb).Round(time.Millisecond))
+
+	shares := []guest.Share{
+		{Tag: "usr", Path: "/usr"},
+		{Tag: "etc", Path: "/etc"},
+		{Tag: "cellblock-bin", Path: guestBin},
+		{Tag: "out", Path: guestOut, Writable: true},
+	}
+	hostPaths := map[string]string{"usr": "/usr", "etc": "/etc", "cellblock-bin": bin, "out": out}
+	if pyShare != "" {
+		shares = append(shares, guest.Share{Tag: "python", Path: pyShare})
+		hostPaths["python"] = pyShare
+	}
+	cfg := guest.Config{
+		Shares:     shares,
+		Daemon:     guestBin + "/cellblockd",
+		Python:     python,
+		CgroupTest: guestOut + "/cgroup.test",
+		OutDir:     guestOut,
+		TimeoutSec: int(guestTimeout / time.Second),
+	}
+	initrd := filepath.Join(out, "initramfs.gz")
+	if err := buildInitramfs(initrd, filepath.Join(out, "init"), k, &cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{
+		"-M", "microvm", "-accel", "tcg,thread=multi", "-cpu", "max",
+		"-m", guestMemory, "-smp", guestCPUs,
+		"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot",
+		"-kernel", k.vmlinux, "-initrd", initrd,
+		"-append", fmt.Sprintf("console=ttyS0 quiet panic=-1 pci=off cgroup_no_v1=all random.trust_cpu=on tsc_early_khz=%d", hostTSCkHz()),
+	}
+	for i, s := range shares {
+		p := hostPaths[s.Tag]
+		if strings.Contains(p, ",") {
+			t.Fatalf("cannot share %s with qemu: the path has a comma", p)
+		}
+		ro := ",readonly=on"
+		if s.Writable {
+			ro = ""
+		}
+		args = append(args,
+			"-fsdev", fmt.Sprintf("local,id=fs%d,path=%s,security_model=none%s", i, p, ro),
+			"-device", fmt.Sprintf("virtio-9p-device,fsdev=fs%d,mount_tag=%s", i, s.Tag))
+	}
+
+	consolePath := filepath.Join(out, "console.log")
+	tv := time.Now()
+	qerr := runQemu(t, qemu, args, consolePath)
+	vmTime := time.Since(tv)
+	t.Logf("VM ran for %v (boot to power-off); whole test so far %v", vmTime.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+
+	res, perr := readResults(filepath.Join(out, guest.ResultsFile), consolePath)
+	for _, name := range guest.Checks {
+		t.Run(name, func(t *testing.T) {
+			r, ok := res.Checks[name]
+			switch {
+			case !ok:
+				t.Errorf("the guest never reported this check (see %s)", consolePath)
+			case !r.Pass:
+				t.Error(r.Detail)
+			default:
+				t.Log(r.Detail)
+			}
+		})
+	}
+	if qerr != nil {
+		t.Errorf("qemu: %v", qerr)
+	}
+	if perr != nil {
+		t.Errorf("results: %v", perr)
+	}
+	if !res.Done {
+		t.Error("the guest did not finish its run")
+	}
+	if t.Failed() {
+		logTail(t, consolePath, 80)
+		logTail(t, filepath.Join(out, "daemon.log"), 40)
+	}
+}
+
+// guestPython picks the interpreter the guest's daemon builds its rootfs
+// from: $CELLBLOCK_VM_PYTHON or /usr/bin/python3. One outside /usr (pyenv,
+// /opt) is shared at its own path: the returned share is its prefix.
+func guestPython(t *testing.T) (python, share string) {
+	t.Helper()
+	python = os.Getenv("CELLBLOCK_VM_PYTHON")
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	real, err := filepath.EvalSymlinks(python)
+	if err != nil {
+		t.Fatalf("python for the guest: %v (install python3 or set CELLBLOCK_VM_PYTHON)", err)
+	}
+	if strings.HasPrefix(real, "/usr/") {
+		return python, ""
+	}
+	// <prefix>/bin/python3.x
+	return real, filepath.Dir(filepath.Dir(real))
+}
+
+// goBuild runs `go <args...> -o dst` in the repository, statically (the
+// guest has the host's /usr, but a static binary needs nothing of it).
+func goBuild(t *testing.T, dst string, args ...string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goBin, append([]string{args[0], "-o", dst}, args[1:]...)...)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %v: %v\n%s", args, err, out)
+	}
+}
+
+// buildInitramfs packs the guest's /init, the modules and the config.
+func buildInitramfs(dst, initBin string, k *kernel, cfg *guest.Config) error {
+	initData, err := os.ReadFile(initBin)
+	if err != nil {
+		return err
+	}
+	files := []initramfsFile{{name: "init", perm: 0o755, data: initData}}
+	for _, m := range guestModules {
+		data, err := os.ReadFile(filepath.Join(k.modules, m+".ko"))
+		if err != nil {
+			return fmt.Errorf("module %s: %w", m, err)
+		}
+		name := m + ".ko"
+		cfg.Modules = append(cfg.Modules, name)
+		files = append(files, initramfsFile{name: strings.TrimPrefix(guest.ModuleDir, "/") + "/" + name, perm: 0o644, data: data})
+	}
+	js, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	files = append(files, initramfsFile{name: strings.TrimPrefix(guest.ConfigPath, "/"), perm: 0o644, data: js})
+	return writeInitramfs(dst, files)
+}
+
+// runQemu runs the VM to its end, copying the console to consolePath and
+// the guest's progress and result lines to the test log as they come.
+func runQemu(t *testing.T, qemu string, args []string, consolePath string) error {
+	t.Helper()
+	console, err := os.Create(consolePath)
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), qemuTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, qemu, args...)
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", qemu, err)
+	}
+	started := time.Now()
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := strings.TrimRight(sc.Text(), "\r")
+			fmt.Fprintf(console, "[host %6.1fs] %s\n", time.Since(started).Seconds(), line)
+			if strings.Contains(line, "vmtest ") || strings.Contains(line, "VMTEST ") {
+				t.Logf("[host %6.1fs] %s", time.Since(started).Seconds(), line)
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err = cmd.Wait()
+	pw.Close()
+	<-copied
+	if ctx.Err() != nil {
+		return fmt.Errorf("killed after %v", qemuTimeout)
+	}
+	return err
+}
+
+// readResults parses the results file the guest wrote on the share, or the
+// console if the file never appeared.
+func readResults(file, console string) (guest.Results, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		f, err = os.Open(console)
+		if err != nil {
+			return guest.Results{}, err
+		}
+	}
+	defer f.Close()
+	return guest.ParseResults(f)
+}
+
+// logTail logs the last n lines of a file.
+func logTail(t *testing.T, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	t.Logf("last %d lines of %s:\n%s", len(lines), path, strings.Join(lines, "\n"))
+}
