@@ -114,6 +114,9 @@ type Phases struct {
 	ProgramUs  int64 `json:"program_us"`
 	CollectUs  int64 `json:"collect_us"`
 	TeardownUs int64 `json:"teardown_us"`
+	// EnvUs is the time to get the run's dependency environment: a few
+	// microseconds for a cached one, the whole build otherwise.
+	EnvUs int64 `json:"env_us,omitempty"`
 }
 
 // Environment describes the dependency environment attached to a run.
@@ -206,6 +209,10 @@ type DependencyInfo struct {
 	CacheEntries int      `json:"cache_entries"`
 	CacheBytes   int64    `json:"cache_bytes"`
 	CacheBudget  int64    `json:"cache_budget_bytes"`
+	// Policy is the install policy: "wheels-only" or "allow-sdist".
+	Policy string `json:"policy,omitempty"`
+	// Builds counts the environments built since the daemon started.
+	Builds int64 `json:"builds"`
 }
 
 // Health is the body of GET /v1/health.
