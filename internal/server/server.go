@@ -47,11 +47,17 @@ type Config struct {
 	// Allowed decides whether a peer may use the API.
 	Allowed func(Peer) bool
 	Log     *slog.Logger
-	// Observer, if set, is told about every finished run (audit, metrics).
+	// Observer, if set, is told about every finished run (audit, metrics),
+	// and about every run request refused before it ran.
 	Observer func(RunRecord)
+	// Metrics, if set, is served at GET /metrics (behind the same
+	// peer-credential check as the API).
+	Metrics http.Handler
 }
 
-// RunRecord is what the server knows about a finished run.
+// RunRecord is what the server knows about a finished run. For a request
+// refused before it ran, Result holds only the Error, Result.RunID is empty
+// and Request is nil if the body could not be decoded.
 type RunRecord struct {
 	Peer     Peer
 	Request  *api.RunRequest
@@ -101,6 +107,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+api.PathRuns, s.handleRun)
 	mux.HandleFunc("GET "+api.PathInfo, s.handleInfo)
 	mux.HandleFunc("GET "+api.PathHealth, s.handleHealth)
+	s.registerEnvs(mux)
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", s.cfg.Metrics)
+	}
 	return s.guard(mux)
 }
 
@@ -195,7 +205,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	started := time.Now()
 	peer, _ := PeerFrom(r.Context())
 	if s.isDraining() {
-		writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		s.refuse(w, peer, nil, started, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
 		return
 	}
 	req, aerr := decodeRunRequest(w, r)
@@ -207,13 +217,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
 	}
 	if aerr != nil {
-		writeError(w, aerr)
+		s.refuse(w, peer, req, started, aerr)
 		return
 	}
 
 	release, aerr := s.admit.acquire(r.Context())
 	if aerr != nil {
-		writeError(w, aerr)
+		s.refuse(w, peer, req, started, aerr)
 		return
 	}
 	s.inflight.Add(1)
@@ -263,6 +273,18 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, status, res)
 }
+
+// refuse answers a run request that will not be carried out, and tells the
+// observer.
+func (s *Server) refuse(w http.ResponseWriter, p Peer, req *api.RunRequest, started time.Time, e *api.Error) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(RunRecord{Peer: p, Request: req, Result: &api.Result{Error: e}, Started: started, Duration: time.Since(started)})
+	}
+	writeError(w, e)
+}
+
+// Load reports how many runs execute now and how many wait for a slot.
+func (s *Server) Load() (running, queued int) { return s.admit.load() }
 
 func (s *Server) logRun(p Peer, id string, res *api.Result, started time.Time) {
 	attrs := []any{

@@ -1,0 +1,129 @@
+// Package metrics keeps cellblockd's Prometheus metrics and serves them in
+// the Prometheus text format. It learns about runs only from the server's
+// run records and its admission counters: it does not reach into the jail,
+// the cgroups or the environment store, so it counts dependency
+// environments from what each result says about its environment.
+//
+// Besides cellblock's own metrics the registry holds the Go runtime's
+// (go_goroutines and co.) and the process's (process_open_fds,
+// process_resident_memory_bytes), which the soak test reads to prove the
+// daemon leaks nothing.
+package metrics
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/server"
+)
+
+// Metrics is the daemon's registry. Observe is safe for concurrent use.
+type Metrics struct {
+	reg       *prometheus.Registry
+	runs      *prometheus.CounterVec
+	duration  prometheus.Histogram
+	setup     prometheus.Histogram
+	envHits   prometheus.Counter
+	envMisses prometheus.Counter
+	envBuilds prometheus.Counter
+	load      atomic.Pointer[func() (running, queued int)]
+}
+
+// New returns the registry of a daemon of the given version.
+func New(version string) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellblock_runs_total",
+			Help: "Run requests by outcome: ok, exit_nonzero, timeout, oom, refused (bad request, over a limit, unknown Python), busy (queue full), dependency_error, canceled, unavailable (shutting down), error (the daemon failed).",
+		}, []string{"outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cellblock_run_duration_seconds",
+			Help:    "Time from request to result of the runs that were carried out: queueing, jail set-up, the program and teardown.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14), // 50 ms to about 7 min
+		}),
+		setup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cellblock_jail_setup_seconds",
+			Help:    "Time to create a run's cgroup and start its jail, up to the program's start.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 11), // 5 ms to about 5 s
+		}),
+		envHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellblock_env_cache_hits_total",
+			Help: "Runs whose dependency environment was already built.",
+		}),
+		envMisses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellblock_env_cache_misses_total",
+			Help: "Runs with dependencies whose environment was not cached: the builds, and the attempts that failed.",
+		}),
+		envBuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellblock_env_cache_builds_total",
+			Help: "Dependency environments built successfully.",
+		}),
+	}
+	for _, o := range server.Outcomes {
+		m.runs.WithLabelValues(o)
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "cellblock_build_info",
+		Help:        "The daemon's version, as a label; the value is always 1.",
+		ConstLabels: prometheus.Labels{"version": version},
+	})
+	info.Set(1)
+	m.reg.MustRegister(
+		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, info,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellblock_runs_in_flight",
+			Help: "Runs executing now.",
+		}, func() float64 { r, _ := m.readLoad(); return float64(r) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellblock_queue_length",
+			Help: "Runs waiting for a slot now.",
+		}, func() float64 { _, q := m.readLoad(); return float64(q) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// SetLoad gives the registry the server's admission counters, read at
+// every scrape for the in-flight and queue gauges.
+func (m *Metrics) SetLoad(load func() (running, queued int)) { m.load.Store(&load) }
+
+func (m *Metrics) readLoad() (running, queued int) {
+	if f := m.load.Load(); f != nil {
+		return (*f)()
+	}
+	return 0, 0
+}
+
+// Observe counts one run record; it is the server's Observer (or part of it).
+func (m *Metrics) Observe(rec server.RunRecord) {
+	res := rec.Result
+	m.runs.WithLabelValues(server.Outcome(res)).Inc()
+	if res == nil || res.RunID == "" {
+		return // refused before it ran: nothing was timed or built
+	}
+	m.duration.Observe(rec.Duration.Seconds())
+	if p := res.Phases; p != nil && p.CreateUs+p.StartUs > 0 {
+		m.setup.Observe(float64(p.CreateUs+p.StartUs) / 1e6)
+	}
+	switch env := res.Environment; {
+	case env != nil && env.CacheHit:
+		m.envHits.Inc()
+	case env != nil:
+		m.envMisses.Inc()
+		m.envBuilds.Inc()
+	case res.Error != nil && res.Error.Type == api.ErrDependency:
+		m.envMisses.Inc() // a build that failed
+	}
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}

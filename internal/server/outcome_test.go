@@ -1,0 +1,97 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+func TestOutcome(t *testing.T) {
+	for _, c := range []struct {
+		res  *api.Result
+		want string
+	}{
+		{&api.Result{}, OutcomeOK},
+		{&api.Result{ExitCode: 1}, OutcomeExitNonzero},
+		{&api.Result{ExitCode: 137, TimedOut: true}, OutcomeTimeout},
+		{&api.Result{ExitCode: 137, OOMKilled: true}, OutcomeOOM},
+		{&api.Result{ExitCode: 137, TimedOut: true, OOMKilled: true}, OutcomeTimeout},
+		{&api.Result{Error: &api.Error{Type: api.ErrOverLimit}}, OutcomeRefused},
+		{&api.Result{Error: &api.Error{Type: api.ErrBadRequest}}, OutcomeRefused},
+		{&api.Result{Error: &api.Error{Type: api.ErrBusy}}, OutcomeBusy},
+		{&api.Result{Error: &api.Error{Type: api.ErrDependency}}, OutcomeDependency},
+		{&api.Result{ExitCode: 137, Error: &api.Error{Type: api.ErrCanceled}}, OutcomeCanceled},
+		{&api.Result{Error: &api.Error{Type: api.ErrUnavailable}}, OutcomeUnavailable},
+		{&api.Result{Error: &api.Error{Type: api.ErrInternal}}, OutcomeError},
+		{nil, OutcomeError},
+	} {
+		if got := Outcome(c.res); got != c.want {
+			t.Errorf("Outcome(%+v) = %q, want %q", c.res, got, c.want)
+		}
+	}
+}
+
+// The observer hears about runs that ran and about requests refused
+// before they ran; /metrics is served behind the peer check.
+func TestObserverAndMetricsRoute(t *testing.T) {
+	var mu sync.Mutex
+	var seen []RunRecord
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "cellblock_test 1\n") })
+	cfg := Config{
+		Observer: func(r RunRecord) { mu.Lock(); seen = append(seen, r); mu.Unlock() },
+		Metrics:  metrics,
+	}
+	c, stop := serve(t, &fakeExecutor{}, cfg)
+	defer stop()
+	if _, err := c.Run(context.Background(), &api.RunRequest{Code: "print(1)"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Run(context.Background(), &api.RunRequest{Code: "x", MemoryBytes: 1 << 40}); err != nil || res.Error == nil {
+		t.Fatalf("over the limit: %+v %v", res, err)
+	}
+	mu.Lock()
+	if len(seen) != 2 || Outcome(seen[0].Result) != OutcomeOK || seen[0].Result.RunID == "" ||
+		Outcome(seen[1].Result) != OutcomeRefused || seen[1].Request == nil || seen[1].Request.Code != "x" {
+		t.Errorf("observer saw %+v", seen)
+	}
+	mu.Unlock()
+
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", c.Socket())
+	}}}
+	resp, err := hc.Get("http://cellblockd/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "cellblock_test 1") {
+		t.Errorf("GET /metrics: %d %q", resp.StatusCode, body)
+	}
+}
+
+func TestMetricsRouteIsGuarded(t *testing.T) {
+	cfg := Config{
+		Allowed: func(Peer) bool { return false },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret 1\n") }),
+	}
+	c, stop := serve(t, &fakeExecutor{}, cfg)
+	defer stop()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", c.Socket())
+	}}}
+	resp, err := hc.Get("http://cellblockd/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("GET /metrics by a refused peer: %d", resp.StatusCode)
+	}
+}
