@@ -2,6 +2,7 @@ package nsjail
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/opencontainers/cgroups"
 	// The device rules need libcontainer's device cgroup support.
@@ -123,10 +124,19 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 		Seccomp: r.seccomp,
 	}
 	for _, m := range s.Mounts {
+		flags := unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+		if m.Writable {
+			flags &^= unix.MS_RDONLY
+		}
 		cfg.Mounts = append(cfg.Mounts, &configs.Mount{
-			Source: m.Source, Device: "bind", Destination: m.Destination,
-			Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV,
+			Source: m.Source, Device: "bind", Destination: m.Destination, Flags: flags,
 		})
+	}
+	if s.HostNetwork {
+		// A build jail that must reach a package index: no network
+		// namespace of its own, so no loopback to set up either.
+		cfg.Namespaces = slices.DeleteFunc(cfg.Namespaces, func(n configs.Namespace) bool { return n.Type == configs.NEWNET })
+		cfg.Networks = nil
 	}
 	if r.userns != nil {
 		cfg.Namespaces = append(cfg.Namespaces, configs.Namespace{Type: configs.NEWUSER})

@@ -92,6 +92,16 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // UserNamespace reports whether runs get a user namespace.
 func (r *Runner) UserNamespace() bool { return r.userns != nil }
 
+// JailHostID is the host uid and gid the jail's user (JailUID, or
+// NoUserNSUID without a user namespace) is on the host: what a directory a
+// jail must write has to be owned by.
+func (r *Runner) JailHostID() (uid, gid int) {
+	if r.userns == nil {
+		return r.uid, r.gid
+	}
+	return int(r.userns.HostID) + r.uid, int(r.userns.HostID) + r.gid
+}
+
 // Sweep removes what a crashed daemon left behind: libcontainer state
 // directories (their processes are killed by the cgroup sweep, which the
 // caller runs first) and jail mounts. It returns how many runs it cleaned.

@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cellblock/cellblock/cgroup"
 )
 
 // Paths inside the jail.
@@ -45,10 +47,15 @@ type Limits struct {
 	OpenFiles   uint64
 }
 
-// Mount is an extra read-only bind mount, e.g. a dependency environment.
+// Mount is an extra bind mount, e.g. a dependency environment. It is
+// read-only unless Writable is set.
 type Mount struct {
 	Source      string // host path
 	Destination string // path in the jail
+	// Writable leaves the bind mount writable. Only the daemon's own build
+	// jails use it, for the one directory a build may write (a new
+	// dependency environment); runs never get a writable bind.
+	Writable bool
 }
 
 // Spec describes one run as plain data.
@@ -71,9 +78,13 @@ type Spec struct {
 	Env map[string]string
 	// Stdin is the program's standard input; nil means /dev/null.
 	Stdin []byte
-	// Mounts are extra read-only bind mounts.
+	// Mounts are extra bind mounts, read-only unless marked Writable.
 	Mounts []Mount
 	Limits Limits
+	// HostNetwork keeps the host's network namespace instead of a private
+	// one with only loopback. Only build jails that must reach a package
+	// index set it; runs never do.
+	HostNetwork bool
 }
 
 // ErrInvalidSpec is wrapped by every Validate error.
@@ -84,7 +95,7 @@ func (s *Spec) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
 	}
-	if !validID(s.ID) {
+	if cgroup.ValidateID(s.ID) != nil {
 		return bad("id %q must be 1-64 of [a-zA-Z0-9_-]", s.ID)
 	}
 	if !path.IsAbs(s.Rootfs) {
@@ -119,20 +130,6 @@ func (s *Spec) Validate() error {
 		return bad("open files limit must be positive")
 	}
 	return nil
-}
-
-func validID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for _, c := range id {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // threads is the thread count to suggest to numeric libraries for a CPU

@@ -2,6 +2,9 @@
 // the same interpreter run bare, under bubblewrap and under `runc run`. It
 // interleaves the runners so that they see the same machine, reports
 // medians and ratios to bare, and breaks one cellblock run down by phase.
+// Last it measures dependencies: the first run of a script with one
+// dependency (which builds the environment), its cached runs, and the same
+// program without dependencies (deps.go).
 //
 // It starts its own cellblockd on a private socket; run it as root through
 // `make bench`.
@@ -57,7 +60,12 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 	sock := filepath.Join(tmp, "cellblockd.sock")
-	daemon := exec.Command(filepath.Join(bins, "cellblockd"), "--socket", sock, "--state-dir", *stateDir, "--cgroup-name", "cellblock-bench", "--log-format", "json")
+	wheels, err := benchWheelhouse(tmp)
+	if err != nil {
+		return err
+	}
+	daemon := exec.Command(filepath.Join(bins, "cellblockd"), "--socket", sock, "--state-dir", *stateDir, "--cgroup-name", "cellblock-bench", "--log-format", "json",
+		"--no-index", "--find-links", wheels)
 	logf, err := os.Create(filepath.Join(tmp, "daemon.log"))
 	if err != nil {
 		return err
@@ -92,7 +100,14 @@ func run() error {
 
 	code := "print(1)"
 	runners := []*runner{
-		{name: "bare", cmd: func() *exec.Cmd { return exec.Command(hostPython, "-c", code) }},
+		// The same binary and standard library the jail runs, started
+		// straight from the rootfs on the host: no isolation at all.
+		{name: "bare", cmd: func() *exec.Cmd {
+			return exec.Command(filepath.Join(rootfsDir, pythonInRootfs), "-c", code)
+		}},
+		// For context: the host's own interpreter, with whatever its
+		// site-packages add to start-up.
+		{name: "host python3 (its site-packages)", cmd: func() *exec.Cmd { return exec.Command(hostPython, "-c", code) }},
 	}
 	if bwrap, err := exec.LookPath("bwrap"); err == nil {
 		runners = append(runners, &runner{name: "bubblewrap", cmd: func() *exec.Cmd {
@@ -182,7 +197,7 @@ func run() error {
 	fmt.Printf("| python | %s | the init plants the script, Python starts and runs |\n", ms(prog))
 	fmt.Printf("| collect | %s | output drained, cgroup statistics read |\n", ms(collect))
 	fmt.Printf("| teardown | %s | cgroup and container removed |\n", ms(teardown))
-	return nil
+	return depsBench(c, *n)
 }
 
 // defaultRootfs reads the default rootfs's metadata from the store.

@@ -33,10 +33,10 @@ type command interface {
 }
 
 // commands lists the subcommands in the order help shows them. Adding one
-// is a new file defining its command type plus its line here. The name
-// "env" is reserved for managing dependency environments.
+// is a new file defining its command type plus its line here.
 var commands = []command{
 	runCmd{},
+	envCmd{},
 	infoCmd{},
 	healthCmd{},
 	versionCmd{},

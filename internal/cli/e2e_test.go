@@ -496,7 +496,9 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{args: nil, code: 2, stderrHas: "Commands:"},
 		{args: []string{"bogus"}, code: 2, stderrHas: `unknown command "bogus"`},
-		{args: []string{"env"}, code: 2, stderrHas: `unknown command "env"`},
+		{args: []string{"env"}, code: 2, stderrHas: `missing subcommand`},
+		{args: []string{"env", "frob"}, code: 2, stderrHas: `unknown subcommand "frob"`},
+		{args: []string{"env", "build"}, code: 2, stderrHas: `at least one --with`},
 		{args: []string{"--bogus"}, code: 2, stderrHas: "-bogus"},
 		{args: []string{"help"}, code: 0, stdoutHas: "run "},
 		{args: []string{"-h"}, code: 0, stdoutHas: "Commands:"},

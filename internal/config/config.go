@@ -25,6 +25,13 @@ const (
 	DefaultShutdownGrace = 30 * time.Second
 	DefaultOpenFiles     = 1024
 
+	// DefaultAuditLogName is the audit log's file in the state directory.
+	DefaultAuditLogName     = "audit.log"
+	DefaultAuditLogMaxBytes = 64 << 20
+	DefaultAuditLogKeep     = 5
+	// AuditLogOff as --audit-log turns the audit log off.
+	AuditLogOff = "off"
+
 	DefaultTimeout     = 30 * time.Second
 	DefaultMemory      = 256 << 20
 	DefaultPids        = 64
@@ -37,6 +44,17 @@ const (
 	MaxPids        = 1024
 	MaxOutputBytes = 64 << 20
 	MaxTmpBytes    = 1 << 30
+)
+
+// Defaults of dependency environments.
+const (
+	// DefaultEnvCacheSize is the disk budget of all cached environments.
+	DefaultEnvCacheSize = 2 << 30
+	// DefaultEnvBuildTimeout bounds one environment build.
+	DefaultEnvBuildTimeout = 10 * time.Minute
+	// DefaultEnvBuildMemory is a build jail's memory limit; its /tmp holds
+	// the downloaded wheels and is as large.
+	DefaultEnvBuildMemory = 1 << 30
 )
 
 // Config is cellblockd's whole configuration.
@@ -87,8 +105,30 @@ type Config struct {
 	IndexURL  string
 	FindLinks []string
 	NoIndex   bool
+	// EnvCacheSize is the disk budget of the cached dependency
+	// environments in bytes; beyond it the least recently used ones that
+	// no run holds are deleted. 0 keeps none once its runs end.
+	EnvCacheSize int64
+	// AllowSdist lets environment builds build source distributions,
+	// which runs package code in the build jail; by default only wheels
+	// are installed.
+	AllowSdist bool
+	// EnvBuildTimeout and EnvBuildMemory limit each environment build.
+	EnvBuildTimeout time.Duration
+	EnvBuildMemory  int64
 	// LogFormat is "text", "json" or "auto" (JSON unless on a terminal).
 	LogFormat string
+	// AuditLog is the audit log's path: one JSON line per run request.
+	// Empty means DefaultAuditLogName in StateDir (Validate fills it in);
+	// AuditLogOff turns it off.
+	AuditLog string
+	// AuditLogMaxBytes is the size past which the audit log is rotated.
+	AuditLogMaxBytes int64
+	// AuditLogKeep is how many rotated audit logs are kept.
+	AuditLogKeep int
+	// AuditCode writes each run's code into the audit log; otherwise only
+	// its SHA-256 and size are.
+	AuditCode bool
 }
 
 // Default returns the default configuration.
@@ -104,6 +144,13 @@ func Default() Config {
 		UserNSBase:    DefaultUserNSBase,
 		ShutdownGrace: DefaultShutdownGrace,
 		LogFormat:     "auto",
+
+		EnvCacheSize:    DefaultEnvCacheSize,
+		EnvBuildTimeout: DefaultEnvBuildTimeout,
+		EnvBuildMemory:  DefaultEnvBuildMemory,
+
+		AuditLogMaxBytes: DefaultAuditLogMaxBytes,
+		AuditLogKeep:     DefaultAuditLogKeep,
 		Defaults: api.Limits{
 			TimeoutMs:   DefaultTimeout.Milliseconds(),
 			MemoryBytes: DefaultMemory,
@@ -157,8 +204,29 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--log-format %q must be auto, text or json", c.LogFormat))
 	}
+	if c.AuditLog == "" {
+		c.AuditLog = filepath.Join(c.StateDir, DefaultAuditLogName)
+	}
+	if c.AuditLog != AuditLogOff && !filepath.IsAbs(c.AuditLog) {
+		errs = append(errs, fmt.Errorf("--audit-log %q must be an absolute path or %q", c.AuditLog, AuditLogOff))
+	}
+	if c.AuditLogMaxBytes < 4096 {
+		errs = append(errs, fmt.Errorf("--audit-log-max-size %d must be at least 4 KiB", c.AuditLogMaxBytes))
+	}
+	if c.AuditLogKeep < 0 || c.AuditLogKeep > 1000 {
+		errs = append(errs, fmt.Errorf("--audit-log-keep %d must be between 0 and 1000", c.AuditLogKeep))
+	}
 	if c.NoIndex && c.IndexURL != "" {
 		errs = append(errs, errors.New("--no-index and --index-url exclude each other"))
+	}
+	if c.EnvCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("--env-cache-size %d must not be negative", c.EnvCacheSize))
+	}
+	if c.EnvBuildTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--env-build-timeout %s must be positive", c.EnvBuildTimeout))
+	}
+	if c.EnvBuildMemory < 64<<20 {
+		errs = append(errs, fmt.Errorf("--env-build-memory %d must be at least 64 MiB", c.EnvBuildMemory))
 	}
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||

@@ -23,7 +23,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/internal/audit"
 	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/metrics"
 	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
@@ -101,6 +103,9 @@ func run(cfg config.Config, log *slog.Logger) error {
 	// Signals first, so that a SIGTERM during start-up is not lost.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The watchdog, if systemd asked for one, is fed during start-up too.
+	wd := startWatchdog(log)
+	defer wd.close()
 
 	if !seccomp.Enabled {
 		return errors.New("seccomp support is not compiled in (build with cgo and -tags seccomp); refusing to run jails without it")
@@ -119,6 +124,16 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err := os.Chmod(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	var auditLog *audit.Log
+	if cfg.AuditLog != config.AuditLogOff {
+		auditLog, err = audit.Open(audit.Config{Path: cfg.AuditLog, MaxBytes: cfg.AuditLogMaxBytes,
+			Keep: cfg.AuditLogKeep, IncludeCode: cfg.AuditCode}, log)
+		if err != nil {
+			return err
+		}
+		defer auditLog.Close()
+	}
+	stats := metrics.New(Version)
 
 	cgRoot, err := cgroup.OpenRoot(cfg.CgroupName)
 	if err != nil {
@@ -149,7 +164,12 @@ func run(cfg config.Config, log *slog.Logger) error {
 	} else if n > 0 {
 		log.Warn("removed jail state a previous daemon left behind", "count", n)
 	}
-	exec := &executor{cfg: cfg, store: store, runner: runner, cgRoot: cgRoot, initBinary: initBinary, log: log}
+	deps, err := openDependencies(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer deps.close()
+	exec := &executor{cfg: cfg, store: store, runner: runner, cgRoot: cgRoot, initBinary: initBinary, log: log, deps: deps}
 	runner, err = exec.probe(ctx, py)
 	if err != nil {
 		return err
@@ -174,12 +194,22 @@ func run(cfg config.Config, log *slog.Logger) error {
 		QueueSize:     cfg.QueueSize,
 		Allowed:       allowed,
 		Log:           log,
+		Observer: func(rec server.RunRecord) {
+			stats.Observe(rec)
+			if auditLog != nil {
+				auditLog.Observe(rec)
+			}
+		},
+		Metrics: stats.Handler(),
 	}, exec)
+	stats.SetLoad(srv.Load)
 
 	log.Info("cellblockd ready", "version", Version, "socket", ln.Addr().String(), "python", py.Version,
-		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent)
+		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent, "audit_log", cfg.AuditLog)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
+	wd.serving(ln.Addr().String())
 	err = srv.Serve(ctx, ln, cfg.ShutdownGrace)
+	wd.close()
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyStopping)
 	log.Info("cellblockd stopped")
 	return err

@@ -11,7 +11,6 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/config"
-	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
 )
@@ -25,20 +24,19 @@ type executor struct {
 	cgRoot     *cgroup.Root
 	initBinary string
 	log        *slog.Logger
+	// deps builds and attaches dependency environments (envs.go).
+	deps *dependencies
 }
 
 // Execute implements server.Executor.
 func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
-	py, err := e.store.Pick(req.Python)
+	// The interpreter (the request's, else the script's requires-python)
+	// and the dependency environment, built on a miss.
+	py, env, err := e.resolveRun(ctx, req)
 	if err != nil {
-		if errors.Is(err, rootfs.ErrUnknownVersion) {
-			return nil, fmt.Errorf("%w: %w", server.ErrUnknownPython, err)
-		}
 		return nil, err
 	}
-	if len(req.Dependencies) > 0 {
-		return nil, fmt.Errorf("%w: this daemon cannot install dependencies yet", server.ErrDependency)
-	}
+	defer env.release()
 	spec := &nsjail.Spec{
 		ID:         id,
 		Rootfs:     py.Dir,
@@ -56,6 +54,7 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 			TmpBytes:    l.TmpBytes,
 			OpenFiles:   config.DefaultOpenFiles,
 		},
+		Mounts: env.mounts(),
 	}
 	if spec.ScriptName == "" {
 		spec.ScriptName = "main.py"
@@ -70,6 +69,8 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	res := resultOf(out)
 	res.Python = py.Version
 	res.Limits = &l
+	res.Environment = env.result()
+	res.Phases.EnvUs = env.micros()
 	if out.Canceled && ctx.Err() != nil {
 		res.Error = api.Errorf(api.ErrCanceled, "", "the run was cancelled")
 	}
@@ -108,6 +109,9 @@ func (e *executor) Info() api.Info {
 		Seccomp:       true,
 		Network:       "none: a private network namespace with only loopback",
 		Filesystem:    "read-only root; writable tmpfs at /tmp, /work (the working directory and HOME) and /dev/shm, each of tmp_bytes",
+	}
+	if e.deps != nil {
+		info.Dependencies = e.deps.info()
 	}
 	pys, err := e.store.List()
 	if err != nil {

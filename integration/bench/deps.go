@@ -1,0 +1,115 @@
+package main
+
+import (
+	"archive/zip"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
+)
+
+// benchWheelhouse writes a wheelhouse with one small pure-Python package,
+// cbbench, readable by the build jail's user, and returns its directory.
+// The daemon is started with --no-index --find-links on it.
+func benchWheelhouse(tmp string) (string, error) {
+	dir := filepath.Join(tmp, "wheels")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", err
+	}
+	const di = "cbbench-1.0.dist-info"
+	files := map[string]string{
+		"cbbench/__init__.py": "def answer():\n    return 42\n",
+		di + "/METADATA":      "Metadata-Version: 2.1\nName: cbbench\nVersion: 1.0\n",
+		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: cellblock-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	var record strings.Builder
+	for name, content := range files {
+		sum := sha256.Sum256([]byte(content))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
+	}
+	files[di+"/RECORD"] = record.String() + di + "/RECORD,,\n"
+	f, err := os.OpenFile(filepath.Join(dir, "cbbench-1.0-py3-none-any.whl"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", err
+	}
+	zw := zip.NewWriter(f)
+	for name, content := range files {
+		w, err := zw.Create(name)
+		if err == nil {
+			_, err = w.Write([]byte(content))
+		}
+		if err != nil {
+			f.Close()
+			return "", err
+		}
+	}
+	if err := zw.Close(); err != nil {
+		f.Close()
+		return "", err
+	}
+	return dir, f.Close()
+}
+
+// depsBench reports what dependencies cost: the first run of a PEP 723
+// script with one dependency (which builds its environment), the cached
+// runs of the same script, and the same program without dependencies,
+// interleaved.
+func depsBench(c *client.Client, n int) error {
+	ctx := context.Background()
+	// The state directory is kept between benchmarks: start cold.
+	if _, err := c.PruneEnvs(ctx); err != nil {
+		return fmt.Errorf("prune environments: %w", err)
+	}
+	const body = "import cbbench\nprint(cbbench.answer())\n"
+	withDeps := &api.RunRequest{Code: "# /// script\n# dependencies = [\"cbbench\"]\n# ///\n" + body}
+	without := &api.RunRequest{Code: "def answer():\n    return 42\nprint(answer())\n"}
+	timed := func(req *api.RunRequest) (time.Duration, *api.Result, error) {
+		start := time.Now()
+		res, err := c.Run(ctx, req)
+		d := time.Since(start)
+		if err == nil && (res.Error != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "42") {
+			err = fmt.Errorf("run failed: %+v", res)
+		}
+		return d, res, err
+	}
+	cold, coldRes, err := timed(withDeps)
+	if err != nil {
+		return err
+	}
+	if coldRes.Environment == nil || coldRes.Environment.CacheHit {
+		return fmt.Errorf("the first run did not build its environment: %+v", coldRes.Environment)
+	}
+	var cached, plain, attach []time.Duration
+	for i := 0; i < n; i++ {
+		d, res, err := timed(withDeps)
+		if err != nil {
+			return err
+		}
+		if !res.Environment.CacheHit {
+			return fmt.Errorf("run %d rebuilt the environment", i)
+		}
+		cached = append(cached, d)
+		attach = append(attach, time.Duration(res.Phases.EnvUs)*time.Microsecond)
+		if d, _, err = timed(without); err != nil {
+			return err
+		}
+		plain = append(plain, d)
+	}
+	fmt.Printf("\na PEP 723 script with one dependency from a local wheelhouse (%s; API calls, %d interleaved runs):\n\n",
+		coldRes.Environment.Packages[0].Name+" "+coldRes.Environment.Packages[0].Version, n)
+	fmt.Println("| run | median | p90 | environment |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| first run (builds the environment) | %s | - | %s |\n", ms(cold), ms(time.Duration(coldRes.Phases.EnvUs)*time.Microsecond))
+	fmt.Printf("| cached run | %s | %s | %d µs |\n", ms(median(cached)), ms(percentile(cached, 0.9)), median(attach).Microseconds())
+	fmt.Printf("| no dependencies | %s | %s | - |\n", ms(median(plain)), ms(percentile(plain, 0.9)))
+	fmt.Printf("\na cached environment costs %s more than none (median); building it cost %s once.\n",
+		ms(median(cached)-median(plain)), ms(cold-median(plain)))
+	return nil
+}
