@@ -1,0 +1,375 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// soakKind is one kind of run in the soak: a request and the check its
+// result must pass.
+type soakKind struct {
+	name  string
+	req   func(i int) *api.RunRequest
+	check func(i int, res *api.Result) error
+}
+
+// soakMarker marks the soak's grandchildren on the host's process list;
+// the test's pid keeps apart two soaks on one machine.
+var soakMarker = fmt.Sprintf("cellblock-soak-grandchild-%d", os.Getpid())
+
+// soakKinds are a normal run and every bomb of bombs_test.go, with short
+// timeouts so that 300 runs fit in a few minutes.
+var soakKinds = []soakKind{
+	{"normal", func(i int) *api.RunRequest {
+		return &api.RunRequest{Code: fmt.Sprintf("import sys\nprint(sum(range(%d)))\nprint('e', file=sys.stderr)\nsys.exit(%d)", i, i%3)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != i%3 || r.Stdout != fmt.Sprintf("%d\n", i*(i-1)/2) || r.Stderr != "e\n" || r.TimedOut || r.OOMKilled {
+			return fmt.Errorf("exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		return nil
+	}},
+	{"memory", func(int) *api.RunRequest {
+		return &api.RunRequest{Code: "x = bytearray(1 << 30)\nprint('survived')", MemoryBytes: 128 << 20}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || !r.OOMKilled || r.ExitCode == 0 || strings.Contains(r.Stdout, "survived") {
+			return fmt.Errorf("1 GiB under 128 MiB: oom_killed %v exit %d", r.OOMKilled, r.ExitCode)
+		}
+		return nil
+	}},
+	{"cpu", func(int) *api.RunRequest {
+		return &api.RunRequest{Code: "while True: pass", TimeoutMs: 1000}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || !r.TimedOut || r.ExitCode != 137 || r.DurationMs > 3000 {
+			return fmt.Errorf("spin under 1 s: timed_out %v exit %d after %d ms", r.TimedOut, r.ExitCode, r.DurationMs)
+		}
+		return nil
+	}},
+	{"fork", func(int) *api.RunRequest {
+		return &api.RunRequest{Code: `
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed after", n, flush=True)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+`, Pids: 32, TimeoutMs: 20000}
+	}, func(_ int, r *api.Result) error {
+		var n int
+		if _, err := fmt.Sscanf(r.Stdout, "fork failed after %d", &n); err != nil || r.Error != nil || n >= 32 || r.TimedOut {
+			return fmt.Errorf("fork bomb under 32 tasks: stdout %q exit %d timed_out %v", r.Stdout, r.ExitCode, r.TimedOut)
+		}
+		return nil
+	}},
+	{"tmp", func(int) *api.RunRequest {
+		return &api.RunRequest{Code: `
+import errno
+written = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1
+except OSError as e:
+    print("stopped at", written, errno.errorcode.get(e.errno))
+`, TmpBytes: 16 << 20}
+	}, func(_ int, r *api.Result) error {
+		var mib int
+		if _, err := fmt.Sscanf(r.Stdout, "stopped at %d", &mib); err != nil || r.Error != nil || mib > 16 {
+			return fmt.Errorf("filling a 16 MiB /tmp: stdout %q exit %d", r.Stdout, r.ExitCode)
+		}
+		return nil
+	}},
+	{"stdout", func(int) *api.RunRequest {
+		return &api.RunRequest{Code: `
+import sys
+chunk = b"y" * (1 << 20)
+for _ in range(16):
+    sys.stdout.buffer.write(chunk)
+sys.stdout.flush()
+print("done", file=sys.stderr)
+`, OutputBytes: 1 << 20}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || !r.StdoutTruncated || len(r.Stdout) != 1<<20 || r.Stderr != "done\n" {
+			return fmt.Errorf("16 MiB of stdout under 1 MiB: exit %d truncated %v kept %d stderr %q", r.ExitCode, r.StdoutTruncated, len(r.Stdout), r.Stderr)
+		}
+		return nil
+	}},
+	{"grandchild", func(i int) *api.RunRequest {
+		return &api.RunRequest{Code: fmt.Sprintf(`
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/usr/bin/python3", ["python3", "-c", "import time; time.sleep(120)", "%s-%d"])
+    os._exit(0)
+time.sleep(0.3)
+print("parent exits")
+`, soakMarker, i)}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != "parent exits\n" {
+			return fmt.Errorf("double-forked grandchild: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		return nil
+	}},
+}
+
+// soakKindOf mixes the kinds: every other run is normal, the rest go
+// through the bombs in turn.
+func soakKindOf(i int) soakKind {
+	if i%2 == 0 {
+		return soakKinds[0]
+	}
+	return soakKinds[1+(i/2)%(len(soakKinds)-1)]
+}
+
+// soakLeftovers lists the run cgroups and the jail processes that belong
+// to the runs ids, so that the check is not confused by the runs of other
+// daemons on the machine (a developer's other test run). A jail process
+// cannot leave its run's cgroup, nor can the cgroup go while it lives.
+func soakLeftovers(ids map[string]bool) (cgroups, procs []string) {
+	for _, p := range leftoverCgroups() {
+		if ids[filepath.Base(p)] {
+			cgroups = append(cgroups, p)
+		}
+	}
+	for _, p := range jailProcesses() {
+		pid, _, _ := strings.Cut(p, "(")
+		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+		if err != nil {
+			continue // gone
+		}
+		for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
+			if ids[part] {
+				procs = append(procs, p)
+				break
+			}
+		}
+	}
+	return cgroups, procs
+}
+
+// soakRun posts one run with the soak's own client.
+func soakRun(hc *http.Client, req *api.RunRequest) (*api.Result, error) {
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var res api.Result
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		return nil, fmt.Errorf("decode result (%s): %w", resp.Status, err)
+	}
+	return &res, nil
+}
+
+// procStatus reads one "Name: value kB" field of /proc/<pid>/status, in bytes.
+func procStatus(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, field+":") {
+			kb, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+func openFDs(t *testing.T, pid int) int {
+	t.Helper()
+	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestSoak300RunsAt16 pushes 300 runs, 16 at a time, through a daemon of
+// its own, half of them bombs, and checks every result and that the daemon
+// and the host are left as they were.
+func TestSoak300RunsAt16(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak takes minutes; not in -short")
+	}
+	const total, parallel = 300, 16
+	d := startDaemon(t, "--max-concurrent", strconv.Itoa(parallel), "--queue", strconv.Itoa(2*parallel))
+	pid := d.Cmd.Process.Pid
+	hc := unixHTTP(d.Socket)
+	hc.Transport.(*http.Transport).DisableKeepAlives = false
+	hc.Transport.(*http.Transport).MaxIdleConnsPerHost = parallel
+
+	// Warm up with one run of each kind, so that whatever the daemon
+	// makes once (lazily) exists before the baseline.
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	for i, k := range soakKinds {
+		res, err := soakRun(hc, k.req(i))
+		if err != nil {
+			t.Fatalf("warm-up %s: %v\n%s", k.name, err, d.Log())
+		}
+		if err := k.check(i, res); err != nil {
+			t.Fatalf("warm-up %s: %v", k.name, err)
+		}
+		ids[res.RunID] = true
+	}
+	hc.CloseIdleConnections()
+	settled := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		cgroups, procs := soakLeftovers(ids)
+		return len(cgroups) == 0 && len(procs) == 0
+	}
+	if !waitFor(10*time.Second, settled) {
+		cgroups, procs := soakLeftovers(ids)
+		t.Fatalf("the warm-up left processes %v or cgroups %v", procs, cgroups)
+	}
+	time.Sleep(500 * time.Millisecond)
+	fdsBefore := openFDs(t, pid)
+	goroutinesBefore := scrapeMetrics(t, d.Socket)["go_goroutines"]
+	mountsBefore := mountCount(t)
+	t.Logf("baseline: %d fds, %v goroutines, %d mounts, RSS %d MiB", fdsBefore, goroutinesBefore, mountsBefore, procStatus(t, pid, "VmRSS")>>20)
+
+	start := time.Now()
+	jobs := make(chan int)
+	var failures []string
+	perKind := map[string]int{}
+	var maxRSS int64
+	var wg sync.WaitGroup
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				k := soakKindOf(i)
+				res, err := soakRun(hc, k.req(i))
+				if err == nil {
+					err = k.check(i, res)
+				}
+				mu.Lock()
+				perKind[k.name]++
+				if res != nil && res.RunID != "" {
+					ids[res.RunID] = true
+				}
+				if err != nil {
+					failures = append(failures, fmt.Sprintf("run %d (%s): %v", i, k.name, err))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	// Sample the daemon's RSS while the runs go on.
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+				for _, l := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(l, "VmRSS:") {
+						kb, _ := strconv.ParseInt(strings.Fields(l)[1], 10, 64)
+						mu.Lock()
+						maxRSS = max(maxRSS, kb<<10)
+						mu.Unlock()
+					}
+				}
+			}
+		}
+	}()
+	for i := 0; i < total; i++ {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	close(stopSampling)
+	<-sampled
+	elapsed := time.Since(start)
+	t.Logf("%d runs at %d at a time took %v (%.1f runs/s); per kind %v", total, parallel, elapsed.Round(time.Millisecond),
+		float64(total)/elapsed.Seconds(), perKind)
+	for i, f := range failures {
+		if i == 20 {
+			t.Errorf("... and %d more failures", len(failures)-20)
+			break
+		}
+		t.Error(f)
+	}
+
+	// Nothing leaked.
+	hc.CloseIdleConnections()
+	if !waitFor(15*time.Second, settled) {
+		cgroups, procs := soakLeftovers(ids)
+		t.Errorf("left behind: processes %v, cgroups %v", procs, cgroups)
+	}
+	if len(ids) != total+len(soakKinds) {
+		t.Errorf("%d run ids for %d runs", len(ids), total+len(soakKinds))
+	}
+	if hostHasCmdline(soakMarker) {
+		t.Errorf("a double-forked grandchild outlived its run")
+	}
+	if n := mountCount(t); n != mountsBefore {
+		t.Errorf("mounts: %d before, %d after", mountsBefore, n)
+	}
+	var fdsAfter int
+	var goroutinesAfter float64
+	same := waitFor(15*time.Second, func() bool {
+		fdsAfter = openFDs(t, pid)
+		goroutinesAfter = scrapeMetrics(t, d.Socket)["go_goroutines"]
+		return fdsAfter == fdsBefore && goroutinesAfter == goroutinesBefore
+	})
+	if !same {
+		t.Errorf("the daemon leaked: fds %d before, %d after; goroutines %v before, %v after", fdsBefore, fdsAfter, goroutinesBefore, goroutinesAfter)
+		if entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+			var targets []string
+			for _, e := range entries {
+				l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+				targets = append(targets, e.Name()+"->"+l)
+			}
+			t.Logf("open fds: %v", targets)
+		}
+	}
+	rss, hwm := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmHWM")
+	t.Logf("daemon RSS: %d MiB after, %d MiB at most while sampled, peak (VmHWM) %d MiB", rss>>20, maxRSS>>20, hwm>>20)
+	if rss > 150<<20 || maxRSS > 150<<20 {
+		t.Errorf("the daemon's RSS is not bounded: %d MiB after, %d MiB sampled during the soak (limit 150 MiB)", rss>>20, maxRSS>>20)
+	}
+	m := scrapeMetrics(t, d.Socket)
+	ran := 0.0
+	for _, o := range []string{"ok", "exit_nonzero", "timeout", "oom"} {
+		ran += m[`cellblock_runs_total{outcome="`+o+`"}`]
+	}
+	if want := float64(total + len(soakKinds)); ran != want {
+		t.Errorf("metrics count %v runs carried out, want %v: %v", ran, want, m)
+	}
+}
