@@ -105,7 +105,7 @@ func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput fu
 // Info returns the daemon's description of itself.
 func (c *Client) Info(ctx context.Context) (*api.Info, error) {
 	var info api.Info
-	if err := c.get(ctx, api.PathInfo, &info); err != nil {
+	if err := c.call(ctx, http.MethodGet, api.PathInfo, nil, &info); err != nil {
 		return nil, err
 	}
 	return &info, nil
@@ -114,7 +114,7 @@ func (c *Client) Info(ctx context.Context) (*api.Info, error) {
 // Health reports whether the daemon answers.
 func (c *Client) Health(ctx context.Context) error {
 	var h api.Health
-	return c.get(ctx, api.PathHealth, &h)
+	return c.call(ctx, http.MethodGet, api.PathHealth, nil, &h)
 }
 
 func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (*http.Response, error) {
@@ -131,17 +131,30 @@ func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (
 	return c.do(hreq)
 }
 
-func (c *Client) get(ctx context.Context, path string, v any) error {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://cellblockd"+path, nil)
+// call sends body (JSON, if not nil) and decodes a 200 answer into out. Any
+// other answer becomes the *api.Error it carries.
+func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, method, "http://cellblockd"+path, rd)
 	if err != nil {
 		return err
+	}
+	if body != nil {
+		hreq.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.do(hreq)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("read %s from cellblockd: %w", path, err)
 	}
@@ -150,9 +163,9 @@ func (c *Client) get(ctx context.Context, path string, v any) error {
 		if json.Unmarshal(data, &r) == nil && r.Error != nil {
 			return r.Error
 		}
-		return fmt.Errorf("cellblockd answered %s for %s", resp.Status, path)
+		return fmt.Errorf("cellblockd answered %s for %s %s", resp.Status, method, path)
 	}
-	if err := json.Unmarshal(data, v); err != nil {
+	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("decode %s from cellblockd: %w", path, err)
 	}
 	return nil

@@ -1,11 +1,7 @@
 package client
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -48,44 +44,4 @@ func (c *Client) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
 		return nil, err
 	}
 	return &res, nil
-}
-
-// call sends body (JSON, if not nil) and decodes a 200 answer into out. Any
-// other answer becomes the *api.Error it carries.
-func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, method, "http://cellblockd"+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		hreq.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.do(hreq)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("read %s from cellblockd: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var r api.Result
-		if json.Unmarshal(data, &r) == nil && r.Error != nil {
-			return r.Error
-		}
-		return fmt.Errorf("cellblockd answered %s for %s %s", resp.Status, method, path)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("decode %s from cellblockd: %w", path, err)
-	}
-	return nil
 }
