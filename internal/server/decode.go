@@ -8,15 +8,13 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
 
-// runRequestFields are the JSON names RunRequest accepts.
-var runRequestFields = jsonFields(reflect.TypeOf(api.RunRequest{}))
-
+// jsonFields are the JSON names a struct type accepts.
 func jsonFields(t reflect.Type) map[string]bool {
 	fields := map[string]bool{}
 	for i := 0; i < t.NumField(); i++ {
@@ -28,61 +26,79 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return fields
 }
 
-// decodeRunRequest reads one JSON object of at most api.MaxRequestBytes,
-// refusing unknown fields and wrong types with an error naming the field.
+// decodeRunRequest reads and decodes a run request.
 func decodeRunRequest(w http.ResponseWriter, r *http.Request) (*api.RunRequest, *api.Error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return nil, api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
+	var req api.RunRequest
+	if err := decodeStrict(w, r, &req); err != nil {
+		return nil, err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
-		}
-		return nil, api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
-	}
-	return DecodeRunRequest(body)
+	return &req, nil
 }
 
 // DecodeRunRequest decodes a run request body. It is exported for the
 // fuzz target and never panics.
 func DecodeRunRequest(body []byte) (*api.RunRequest, *api.Error) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return nil, api.Errorf(api.ErrBadRequest, "", "request body is empty; send a JSON object such as {\"code\": \"print(1)\"}")
-	}
 	if len(body) > api.MaxRequestBytes {
 		return nil, api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
 	}
-	// First pass: the object's keys, to name unknown fields.
+	var req api.RunRequest
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// decodeStrict reads one JSON object of at most api.MaxRequestBytes into
+// v, refusing unknown fields.
+func decodeStrict(w http.ResponseWriter, r *http.Request, v any) *api.Error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
+		}
+		return api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
+	}
+	return decodeBody(body, v)
+}
+
+// decodeBody decodes one JSON object into v, refusing unknown fields and
+// wrong types with an error naming the field.
+func decodeBody(body []byte, v any) *api.Error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return api.Errorf(api.ErrBadRequest, "", "request body is empty; send a JSON object such as {\"code\": \"print(1)\"}")
+	}
+	// First pass: the object's keys, to name an unknown field.
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
-		return nil, jsonError(err)
+		return jsonError(err)
 	}
 	if raw == nil {
-		return nil, api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
+		return api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
 	}
+	known := jsonFields(reflect.TypeOf(v).Elem())
 	var unknown []string
 	for k := range raw {
-		if !runRequestFields[k] {
+		if !known[k] {
 			unknown = append(unknown, k)
 		}
 	}
 	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return nil, api.Errorf(api.ErrBadRequest, unknown[0], "unknown field")
+		slices.Sort(unknown)
+		return api.Errorf(api.ErrBadRequest, unknown[0], "unknown field")
 	}
-	var req api.RunRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, jsonError(err)
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
 	}
 	if dec.More() {
-		return nil, api.Errorf(api.ErrBadRequest, "", "request body holds more than one JSON value")
+		return api.Errorf(api.ErrBadRequest, "", "request body holds more than one JSON value")
 	}
-	return &req, nil
+	return nil
 }
 
 func jsonError(err error) *api.Error {

@@ -1,15 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
-	"reflect"
-	"slices"
-	"strings"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -97,54 +91,4 @@ func (s *Server) writeEnvResult(w http.ResponseWriter, v any, err error) {
 	default:
 		writeError(w, classify(err))
 	}
-}
-
-// decodeStrict reads one JSON object of at most api.MaxRequestBytes into
-// v, refusing unknown fields.
-func decodeStrict(w http.ResponseWriter, r *http.Request, v any) *api.Error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
-		}
-		return api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
-	}
-	return decodeBody(body, v)
-}
-
-// decodeBody decodes one JSON object into v, refusing unknown fields and
-// wrong types with an error naming the field.
-func decodeBody(body []byte, v any) *api.Error {
-	// First pass: the object's keys, to name an unknown field.
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(body, &raw); err != nil {
-		return jsonError(err)
-	}
-	if raw == nil {
-		return api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
-	}
-	known := jsonFields(reflect.TypeOf(v).Elem())
-	var unknown []string
-	for k := range raw {
-		if !known[k] {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		slices.Sort(unknown)
-		return api.Errorf(api.ErrBadRequest, unknown[0], "unknown field")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	if dec.More() {
-		return api.Errorf(api.ErrBadRequest, "", "request body holds more than one JSON value")
-	}
-	return nil
 }
