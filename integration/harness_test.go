@@ -120,21 +120,30 @@ func startDaemon(t *testing.T, args ...string) *Daemon {
 	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
 	t.Cleanup(func() { d.Stop(t) })
 	d.Client = client.New(d.Socket)
+	if err := d.waitReady(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitReady waits until the daemon answers /v1/health, and fails if it
+// exits first or takes more than two minutes (it may be building a rootfs).
+func (d *Daemon) waitReady() error {
 	deadline := time.Now().Add(120 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := d.Client.Health(ctx)
 		cancel()
 		if err == nil {
-			return d
+			return nil
 		}
 		select {
 		case <-d.done:
-			t.Fatalf("cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
+			return fmt.Errorf("cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cellblockd did not answer within 120s: %v\n%s", err, d.Log())
+			return fmt.Errorf("cellblockd did not answer within 120s: %v\n%s", err, d.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -286,24 +295,10 @@ func startShared() (*Daemon, error) {
 	}
 	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
 	d.Client = client.New(d.Socket)
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := d.Client.Health(ctx)
-		cancel()
-		if err == nil {
-			return d, nil
-		}
-		select {
-		case <-d.done:
-			return nil, fmt.Errorf("shared cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("shared cellblockd did not answer: %v\n%s", err, d.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := d.waitReady(); err != nil {
+		return nil, fmt.Errorf("shared daemon: %w", err)
 	}
+	return d, nil
 }
 
 func TestMain(m *testing.M) {

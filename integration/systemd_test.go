@@ -54,24 +54,10 @@ func launchUnder(t *testing.T, prefix, env []string, socket string, args ...stri
 func startUnder(t *testing.T, prefix, env []string, socket string, args ...string) *Daemon {
 	t.Helper()
 	d := launchUnder(t, prefix, env, socket, args...)
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := d.Client.Health(ctx)
-		cancel()
-		if err == nil {
-			return d
-		}
-		select {
-		case <-d.done:
-			t.Fatalf("cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cellblockd did not answer within 120s: %v\n%s", err, d.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := d.waitReady(); err != nil {
+		t.Fatal(err)
 	}
+	return d
 }
 
 // socketDir is a directory for a test's sockets that others may enter.
