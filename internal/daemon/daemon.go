@@ -124,6 +124,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err := os.Chmod(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	unlock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	var auditLog *audit.Log
 	if cfg.AuditLog != config.AuditLogOff {
 		auditLog, err = audit.Open(audit.Config{Path: cfg.AuditLog, MaxBytes: cfg.AuditLogMaxBytes,
@@ -232,14 +237,15 @@ func findInit(path string) (string, error) {
 }
 
 func ensureDefault(store *rootfs.Store, python string, log *slog.Logger) (rootfs.Python, error) {
-	if python != "" {
-		if pys, err := store.List(); err == nil && len(pys) == 0 {
+	if pys, err := store.List(); err == nil && len(pys) == 0 {
+		if python != "" {
 			log.Info("building the default Python rootfs", "python", python)
-			return store.Import(python)
+			py, err := store.Import(python)
+			if err != nil {
+				return py, fmt.Errorf("default Python rootfs from %s: %w", python, err)
+			}
+			return py, nil
 		}
-	}
-	pys, _ := store.List()
-	if len(pys) == 0 {
 		log.Info("building the default Python rootfs from the host's python3")
 	}
 	py, err := store.EnsureDefault()
@@ -276,4 +282,22 @@ func usernsAvailable() bool {
 	var n int
 	_, _ = fmt.Sscan(string(b), &n)
 	return n > 0
+}
+
+// lockStateDir makes sure only one daemon uses a state directory: two
+// would sweep each other's jails and race on the rootfs store. The lock
+// dies with the process, so a crashed daemon never leaves it behind.
+func lockStateDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "cellblockd.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state dir lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another cellblockd is already using the state directory %s", dir)
+		}
+		return nil, fmt.Errorf("state dir lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
