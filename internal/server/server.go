@@ -221,7 +221,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	queued := time.Now()
 	release, aerr := s.admit.acquire(r.Context())
+	queueTime := time.Since(queued)
 	if aerr != nil {
 		s.refuse(w, peer, req, started, aerr)
 		return
@@ -250,7 +252,14 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		if ctx.Err() != nil && r.Context().Err() != nil {
 			res.Error = api.Errorf(api.ErrCanceled, "", "the caller went away")
 		}
-		s.log.Error("run failed", "run", id, "uid", peer.UID, "err", err)
+		// Callers' mistakes are in the run's log line below; only the
+		// daemon's own failures are errors.
+		if res.Error.Type == api.ErrInternal {
+			s.log.Error("run failed", "run", id, "uid", peer.UID, "err", err)
+		}
+	}
+	if res.Phases != nil {
+		res.Phases.QueueUs = queueTime.Microseconds()
 	}
 	if s.runs.Err() != nil && res.Error != nil && res.Error.Type == api.ErrCanceled {
 		res.Error = api.Errorf(api.ErrUnavailable, "", "cellblockd shut down and killed the run")

@@ -43,7 +43,7 @@ func (f *fakeExecutor) Execute(ctx context.Context, id string, req *api.RunReque
 		onOutput("stdout", []byte("chunk\xe6\x97"))
 		onOutput("stdout", []byte("\xa5\n"))
 	}
-	return &api.Result{Stdout: "ran: " + req.Code, ExitCode: 0}, nil
+	return &api.Result{Stdout: "ran: " + req.Code, ExitCode: 0, Phases: &api.Phases{}}, nil
 }
 
 func (f *fakeExecutor) Info() api.Info { return api.Info{Version: "test"} }
@@ -159,11 +159,19 @@ func TestQueueBound(t *testing.T) {
 	if first.Error == nil || first.Error.Type != api.ErrBusy {
 		t.Fatalf("first answer %+v, want busy", first)
 	}
+	time.Sleep(50 * time.Millisecond)
 	close(f.block)
+	var waited int64
 	for i := 0; i < 2; i++ {
-		if r := <-results; r.Error != nil {
+		r := <-results
+		if r.Error != nil {
 			t.Errorf("queued run: %+v", r.Error)
+			continue
 		}
+		waited = max(waited, r.Phases.QueueUs)
+	}
+	if waited < 50_000 {
+		t.Errorf("the queued run reports %d µs in the queue; it waited at least 50 ms", waited)
 	}
 }
 
