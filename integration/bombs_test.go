@@ -11,6 +11,38 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 )
 
+// forkBombCode forks sleeping children until the pids limit stops it and
+// prints "fork failed after N children: ...".
+const forkBombCode = `
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed after", n, "children:", e.strerror, flush=True)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+`
+
+// fillTmpCode writes /tmp full, a MiB at a time, and prints "stopped at N
+// MiB: ERRNO".
+const fillTmpCode = `
+import errno
+written = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1
+except OSError as e:
+    print("stopped at", written, "MiB:", errno.errorcode.get(e.errno))
+`
+
 func TestMemoryBomb(t *testing.T) {
 	d := daemon(t)
 	res := run(t, d, &api.RunRequest{Code: "x = bytearray(1 << 30)\nprint('survived')", MemoryBytes: 128 << 20})
@@ -68,20 +100,7 @@ time.sleep(60)
 
 func TestForkBomb(t *testing.T) {
 	d := daemon(t)
-	res := run(t, d, &api.RunRequest{Code: `
-import os, time
-n = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        print("fork failed after", n, "children:", e.strerror, flush=True)
-        break
-    if pid == 0:
-        time.sleep(30)
-        os._exit(0)
-    n += 1
-`, Pids: 32, TimeoutMs: 20000})
+	res := run(t, d, &api.RunRequest{Code: forkBombCode, Pids: 32, TimeoutMs: 20000})
 	if !strings.Contains(res.Stdout, "fork failed after") {
 		t.Fatalf("fork bomb was not stopped: exit %d timed_out %v\nstdout %q\nstderr %q", res.ExitCode, res.TimedOut, res.Stdout, res.Stderr)
 	}
@@ -100,18 +119,7 @@ while True:
 
 func TestFillTmp(t *testing.T) {
 	d := daemon(t)
-	res := run(t, d, &api.RunRequest{Code: `
-import errno
-written = 0
-try:
-    with open("/tmp/fill", "wb") as f:
-        while True:
-            f.write(b"x" * (1 << 20))
-            f.flush()
-            written += 1
-except OSError as e:
-    print("stopped at", written, "MiB:", errno.errorcode.get(e.errno))
-`, TmpBytes: 16 << 20, MemoryBytes: 256 << 20})
+	res := run(t, d, &api.RunRequest{Code: fillTmpCode, TmpBytes: 16 << 20, MemoryBytes: 256 << 20})
 	if !strings.Contains(res.Stdout, "stopped at") {
 		t.Fatalf("filling /tmp did not stop: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 	}

@@ -57,20 +57,7 @@ var soakKinds = []soakKind{
 		return nil
 	}},
 	{"fork", func(int) *api.RunRequest {
-		return &api.RunRequest{Code: `
-import os, time
-n = 0
-while True:
-    try:
-        pid = os.fork()
-    except OSError as e:
-        print("fork failed after", n, flush=True)
-        break
-    if pid == 0:
-        time.sleep(30)
-        os._exit(0)
-    n += 1
-`, Pids: 32, TimeoutMs: 20000}
+		return &api.RunRequest{Code: forkBombCode, Pids: 32, TimeoutMs: 20000}
 	}, func(_ int, r *api.Result) error {
 		var n int
 		if _, err := fmt.Sscanf(r.Stdout, "fork failed after %d", &n); err != nil || r.Error != nil || n >= 32 || r.TimedOut {
@@ -79,18 +66,7 @@ while True:
 		return nil
 	}},
 	{"tmp", func(int) *api.RunRequest {
-		return &api.RunRequest{Code: `
-import errno
-written = 0
-try:
-    with open("/tmp/fill", "wb") as f:
-        while True:
-            f.write(b"x" * (1 << 20))
-            f.flush()
-            written += 1
-except OSError as e:
-    print("stopped at", written, errno.errorcode.get(e.errno))
-`, TmpBytes: 16 << 20}
+		return &api.RunRequest{Code: fillTmpCode, TmpBytes: 16 << 20}
 	}, func(_ int, r *api.Result) error {
 		var mib int
 		if _, err := fmt.Sscanf(r.Stdout, "stopped at %d", &mib); err != nil || r.Error != nil || mib > 16 {
