@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -24,8 +25,9 @@ type Cgroup struct {
 	// byKey maps each v1/hybrid hierarchy to its directory.
 	byKey []keyDir
 
-	cg1 cgroup1.Cgroup   // v1/hybrid, nil for a swept leftover
-	cg2 *cgroup2.Manager // v2, nil for a swept leftover
+	cg1   cgroup1.Cgroup   // v1/hybrid, nil for a swept leftover
+	cg2   *cgroup2.Manager // v2, nil for a swept leftover
+	v2ctl v2Controls       // v2: what the run's directory offers
 
 	hasKillFile   bool // v2: cgroup.kill (kernel >= 5.14)
 	hasFreezeFile bool // v2: cgroup.freeze (kernel >= 5.2)
@@ -199,4 +201,54 @@ func (c *Cgroup) removeDirs() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Update replaces the run's limits, e.g. when a jail built ahead of time
+// is claimed by a request with limits of its own. Lowering the memory limit
+// below what the run uses already fails (v1) or reclaims and OOM-kills
+// (v2), so it is meant for a run whose program has not started.
+func (c *Cgroup) Update(l Limits) error {
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("update cgroup for run %s: %w", c.id, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	switch {
+	case c.deleted:
+		err = errors.New("already deleted")
+	case c.cg2 != nil:
+		err = c.cg2.Update(v2Resources(l, c.v2ctl))
+	case c.cg1 != nil:
+		err = c.raiseMemswFirst(l.MemoryBytes)
+		if err == nil {
+			err = c.cg1.Update(v1Resources(l, c.root.memsw))
+		}
+	default:
+		err = fmt.Errorf("%w: a swept cgroup has no limits to update", ErrUnsupported)
+	}
+	if err != nil {
+		return fmt.Errorf("update cgroup for run %s: %w", c.id, err)
+	}
+	return nil
+}
+
+// raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory
+// limit: the kernel refuses a memory limit above memory+swap, and
+// containerd's cgroup1 (v3.1.3) reorders the wrong pair of settings when
+// it tries to handle that case itself.
+func (c *Cgroup) raiseMemswFirst(limit int64) error {
+	mem := c.dirFor("memory")
+	if !c.root.memsw || limit <= 0 || mem == "" {
+		return nil
+	}
+	cur, err := readString(mem, "memory.limit_in_bytes")
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(cur, 10, 64)
+	if err != nil || limit <= n {
+		return nil // unlimited (a huge number) or lowering: containerd's order is right
+	}
+	return writeFile(mem, "memory.memsw.limit_in_bytes", strconv.FormatInt(limit, 10))
 }

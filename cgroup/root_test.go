@@ -327,6 +327,51 @@ func TestCreateSetsLimits(t *testing.T) {
 	}
 }
 
+func TestUpdate(t *testing.T) {
+	r := openTestRoot(t)
+	c := create(t, r, "update", Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 1})
+	// Lower memory and raise CPU, then raise memory again: v1 needs the
+	// memory and memory+swap limits written in the right order each way.
+	steps := []Limits{
+		{MemoryBytes: 32 << 20, Pids: 8, CPUs: 2},
+		{MemoryBytes: 512 << 20, Pids: 128, CPUs: 0.25},
+	}
+	for _, l := range steps {
+		if err := c.Update(l); err != nil {
+			t.Fatalf("Update(%+v): %v", l, err)
+		}
+		want := map[string]string{}
+		mem := fmt.Sprint(l.MemoryBytes)
+		quota := fmt.Sprint(int64(l.CPUs * 100000))
+		if r.Mode() == ModeV2 {
+			want["memory.max"] = mem
+			want["pids.max"] = fmt.Sprint(l.Pids)
+			want["cpu.max"] = quota + " 100000"
+		} else {
+			want["memory.limit_in_bytes"] = mem
+			want["pids.max"] = fmt.Sprint(l.Pids)
+			want["cpu.cfs_quota_us"] = quota
+			if r.memsw {
+				want["memory.memsw.limit_in_bytes"] = mem
+			}
+		}
+		for f, v := range want {
+			if got := file(t, c, f); got != v {
+				t.Errorf("after Update(%+v): %s = %q, want %q", l, f, got, v)
+			}
+		}
+	}
+	if err := c.Update(Limits{Pids: -1}); !errors.Is(err, ErrInvalidLimits) {
+		t.Errorf("Update with bad limits: %v, want ErrInvalidLimits", err)
+	}
+	if err := c.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(steps[0]); err == nil {
+		t.Error("Update after Delete succeeded")
+	}
+}
+
 func TestCreateFailureLeavesNothing(t *testing.T) {
 	r := openTestRoot(t)
 	// Passes Validate, but the kernel refuses pids.max above PID_MAX_LIMIT

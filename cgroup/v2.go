@@ -126,6 +126,7 @@ func (r *Root) createV2(c *Cgroup, l Limits) error {
 		return fmt.Errorf("set limits: %w", err)
 	}
 	c.cg2 = m
+	c.v2ctl = ctl
 	c.hasPeak = exists(filepath.Join(dir, "memory.peak"))
 	return nil
 }
