@@ -1,15 +1,12 @@
 package nsjail
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -129,11 +126,14 @@ func (r *Runner) Sweep() (int, error) {
 
 // Phases is where a run's time went.
 type Phases struct {
-	Create   time.Duration // cgroup and container created
-	Start    time.Duration // namespaces, mounts, pivot_root, seccomp, exec
-	Program  time.Duration // the program ran (wall clock)
-	Collect  time.Duration // output drained, statistics read
-	Teardown time.Duration // cgroup and container removed
+	Create time.Duration // cgroup and container created
+	Start  time.Duration // namespaces, mounts, pivot_root, seccomp, exec of the init, launch
+	// Prestarted reports a jail built ahead of the run (see Pool): Create
+	// is then zero and Start only the launch.
+	Prestarted bool
+	Program    time.Duration // the program ran (wall clock)
+	Collect    time.Duration // output drained, statistics read
+	Teardown   time.Duration // cgroup and container removed
 }
 
 // Outcome is what a run produced.
@@ -155,162 +155,16 @@ type Outcome struct {
 // from one goroutine per stream and must not keep p.
 type OutputFunc func(stream string, p []byte)
 
-// Run carries out spec and returns its outcome. An error means the run
-// could not be carried out at all; whatever the program did is in the
-// outcome. Cancelling ctx kills the run. onOutput may be nil.
-func (r *Runner) Run(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *Outcome, err error) {
-	if err := spec.Validate(); err != nil {
+// Run carries out spec in a jail built for it and returns its outcome. An
+// error means the run could not be carried out at all; whatever the
+// program did is in the outcome. Cancelling ctx kills the run. onOutput may
+// be nil.
+func (r *Runner) Run(ctx context.Context, spec *Spec, onOutput OutputFunc) (*Outcome, error) {
+	j, err := r.Prepare(spec.ID, spec)
+	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{}
-	t0 := time.Now()
-
-	cg, err := r.cgroups.Create(spec.ID, cgroup.Limits{
-		MemoryBytes: spec.Limits.MemoryBytes,
-		Pids:        spec.Limits.Pids,
-		CPUs:        spec.Limits.CPUs,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", spec.ID, err)
-	}
-	var container *libcontainer.Container
-	defer func() {
-		td := time.Now()
-		// The cgroup goes first so that it has one owner: libcontainer's
-		// own removal then finds nothing left.
-		if derr := cg.Delete(); derr != nil {
-			r.log.Error("delete run cgroup", "run", spec.ID, "err", derr)
-			err = errors.Join(err, derr)
-		}
-		if container != nil {
-			if derr := container.Destroy(); derr != nil {
-				r.log.Error("destroy jail", "run", spec.ID, "err", derr)
-				err = errors.Join(err, derr)
-			}
-		}
-		out.Phases.Teardown = time.Since(td)
-	}()
-
-	container, err = libcontainer.Create(r.stateRoot, spec.ID, spec.libcontainerConfig(r, cg.LibcontainerPath()))
-	if err != nil {
-		return nil, fmt.Errorf("create jail for run %s: %w", spec.ID, err)
-	}
-
-	script, err := scriptFile(spec.Script)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", spec.ID, err)
-	}
-	defer script.Close()
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("run %s: stdout pipe: %w", spec.ID, err)
-	}
-	defer stdoutR.Close()
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutW.Close()
-		return nil, fmt.Errorf("run %s: stderr pipe: %w", spec.ID, err)
-	}
-	defer stderrR.Close()
-
-	proc := &libcontainer.Process{
-		Args:       spec.argv(),
-		Env:        spec.environ(),
-		UID:        r.uid,
-		GID:        r.gid,
-		Cwd:        WorkDir,
-		Stdout:     stdoutW,
-		Stderr:     stderrW,
-		ExtraFiles: []*os.File{script},
-		Init:       true,
-		LogLevel:   "4", // warnings and errors from libcontainer's init
-	}
-	if spec.Stdin != nil {
-		proc.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	out.Phases.Create = time.Since(t0)
-
-	t1 := time.Now()
-	err = container.Run(proc)
-	stdoutW.Close()
-	stderrW.Close()
-	script.Close()
-	if err != nil {
-		return nil, fmt.Errorf("start jail for run %s: %w", spec.ID, err)
-	}
-	start := time.Now()
-	out.Phases.Start = start.Sub(t1)
-
-	// Drain both streams while the program runs, keeping at most the
-	// output limit of each.
-	var wg sync.WaitGroup
-	stdout := newCappedBuffer(spec.Limits.OutputBytes)
-	stderr := newCappedBuffer(spec.Limits.OutputBytes)
-	for _, s := range []struct {
-		name string
-		r    io.Reader
-		buf  *cappedBuffer
-	}{{"stdout", stdoutR, stdout}, {"stderr", stderrR, stderr}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.buf.drain(s.r, s.name, onOutput)
-		}()
-	}
-
-	waited := make(chan *os.ProcessState, 1)
-	go func() {
-		st, _ := proc.Wait()
-		waited <- st
-	}()
-
-	timer := time.NewTimer(spec.Limits.Timeout - time.Since(start))
-	defer timer.Stop()
-	var state *os.ProcessState
-	select {
-	case state = <-waited:
-	case <-timer.C:
-		out.TimedOut = true
-	case <-ctx.Done():
-		out.Canceled = true
-	}
-	if state == nil {
-		// Kill the whole cgroup: every process of the run, however
-		// detached, not just the init.
-		if kerr := cg.Kill(); kerr != nil {
-			r.log.Error("kill run", "run", spec.ID, "err", kerr)
-			_ = proc.Signal(unix.SIGKILL)
-		}
-		state = <-waited
-	}
-	out.Duration = time.Since(start)
-
-	tc := time.Now()
-	// The init is gone, so the pid namespace is empty and every write end
-	// of the pipes is closed: the drains end. Bound the wait anyway.
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(5 * time.Second):
-		stdoutR.Close()
-		stderrR.Close()
-		<-drained
-	}
-	out.Stdout, out.StdoutTruncated = stdout.bytes()
-	out.Stderr, out.StderrTruncated = stderr.bytes()
-	out.ExitCode = exitCode(state)
-
-	st, serr := cg.Stats()
-	if serr != nil {
-		r.log.Warn("read run statistics", "run", spec.ID, "err", serr)
-	}
-	out.CPUTime = st.CPUTime
-	out.MemoryPeak = st.MemoryPeakBytes
-	out.OOMKilled = st.OOMKilled && !out.TimedOut
-	out.Phases.Program = out.Duration
-	out.Phases.Collect = time.Since(tc)
-	return out, nil
+	return j.Launch(ctx, spec, onOutput)
 }
 
 // exitCode maps a wait status to the contract's exit code: the exit status,
@@ -330,24 +184,4 @@ func exitCode(st *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return -1
-}
-
-// scriptFile puts the script in a sealed memfd: it reaches the jail as a
-// descriptor and never touches the host's filesystem.
-func scriptFile(code []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate("cellblock-script", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("script memfd: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "cellblock-script")
-	if _, err := f.Write(code); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write script memfd: %w", err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("rewind script memfd: %w", err)
-	}
-	_, _ = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
-	return f, nil
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/nsjail/jailinit"
 )
 
 // Paths inside the jail.
@@ -68,7 +69,8 @@ type Spec struct {
 	Python string
 	// PythonArgs go between the interpreter and the script path.
 	PythonArgs []string
-	// Script is the program's source; it is written to WorkDir/ScriptName.
+	// Script is the program's source; the jail's init writes it to
+	// WorkDir/ScriptName.
 	Script     []byte
 	ScriptName string
 	// Args are the program's sys.argv[1:].
@@ -180,12 +182,29 @@ func (s *Spec) environ() []string {
 	return env
 }
 
-// argv is the init's command line: the script path, then the interpreter
-// and its arguments.
-func (s *Spec) argv() []string {
+// launch is the message that starts the program in a jail: the script,
+// the interpreter's command line and the whole environment.
+func (s *Spec) launch() *jailinit.Launch {
 	script := path.Join(WorkDir, s.ScriptName)
-	argv := []string{InitPath, script, s.Python}
-	argv = append(argv, s.PythonArgs...)
+	argv := append([]string{s.Python}, s.PythonArgs...)
 	argv = append(argv, script)
-	return append(argv, s.Args...)
+	argv = append(argv, s.Args...)
+	return &jailinit.Launch{ScriptPath: script, Script: s.Script, Argv: argv, Env: s.environ(), Stdin: s.Stdin}
+}
+
+// sameJail reports whether a jail built for s can carry out o: everything
+// fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits and
+// network) must be equal. The program, its environment and the cgroup
+// limits are given when the jail is launched.
+func (s *Spec) sameJail(o *Spec) bool {
+	return s.Rootfs == o.Rootfs &&
+		slices.Equal(s.Mounts, o.Mounts) &&
+		s.Limits.TmpBytes == o.Limits.TmpBytes &&
+		s.Limits.OpenFiles == o.Limits.OpenFiles &&
+		s.HostNetwork == o.HostNetwork
+}
+
+// cgroupLimits are the limits of the run's cgroup.
+func (l Limits) cgroupLimits() cgroup.Limits {
+	return cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}
 }

@@ -59,9 +59,11 @@ func TestEnvironAndArgv(t *testing.T) {
 			t.Errorf("environment lacks %s:\n%s", want, env)
 		}
 	}
-	want := []string{InitPath, "/work/main.py", "/usr/bin/python3", "/work/main.py", "a"}
-	if got := s.argv(); strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("argv %v, want %v", got, want)
+	s.Stdin = []byte("in")
+	l := s.launch()
+	want := []string{"/usr/bin/python3", "/work/main.py", "a"}
+	if strings.Join(l.Argv, " ") != strings.Join(want, " ") || l.ScriptPath != "/work/main.py" || string(l.Stdin) != "in" || string(l.Script) != string(s.Script) {
+		t.Errorf("launch %+v, want argv %v", l, want)
 	}
 	for cpus, n := range map[float64]int{0.1: 1, 1: 1, 1.01: 2, 2: 2, 3.5: 4} {
 		if threads(cpus) != n {

@@ -3,12 +3,23 @@
 // pid-namespace init has special semantics that break ordinary programs: it
 // ignores signals it has no handler for (so os.abort() or a self-kill would
 // not end it) and it inherits every orphan (so double-forked daemons would
-// pile up as zombies). The init:
+// pile up as zombies).
 //
-//  1. copies the script from file descriptor 3 into the working directory,
-//  2. starts Python as its child with the same stdio and environment,
-//  3. reaps every process that is reparented to it,
-//  4. exits with Python's status: its exit code, or 128+N after signal N.
+// The init is started before the run's program is known, so that a jail can
+// be built ahead of a request (see nsjail.Pool). It:
+//
+//  1. waits for one Launch message on file descriptor 3 (a socket to the
+//     daemon; nothing the program inherits),
+//  2. writes the script into the working directory,
+//  3. starts Python as its child with the message's argv, environment and
+//     standard input, and the jail's stdout and stderr,
+//  4. answers AckStarted (or AckFailed) on descriptor 3 and closes it,
+//  5. reaps every process that is reparented to it,
+//  6. exits with Python's status: its exit code, or 128+N after signal N.
+//
+// The answer tells the daemon that the program really started: an init
+// that dies before answering has run nothing, and the run can be given to
+// another jail.
 //
 // When it exits the kernel kills whatever is left in the pid namespace, so
 // no process of the run outlives it. It must stay cgo-free and statically
@@ -17,6 +28,7 @@
 package jailinit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -26,38 +38,94 @@ import (
 	"syscall"
 )
 
-// ScriptFD is the descriptor that carries the script into the jail.
-const ScriptFD = 3
+// LaunchFD is the descriptor the Launch message arrives on and the answer
+// leaves by.
+const LaunchFD = 3
 
-// ExitSetupFailed is the init's exit code when it cannot start Python. It
-// is chosen to be unlike any code Python itself uses.
-const ExitSetupFailed = 126
+// The init's answers to a Launch message, each one line.
+const (
+	AckStarted = "started\n" // the program is running
+	AckFailed  = "failed\n"  // it could not be started; see stderr and ExitSetupFailed
+)
 
-// Main runs the init with args: SCRIPT-PATH PROGRAM [ARGS...]. It returns the
-// exit code.
+// MaxLaunchBytes bounds the encoded Launch message the init reads.
+const MaxLaunchBytes = 256 << 20
+
+// Exit codes of the init itself, chosen to be unlike any code Python uses.
+const (
+	// ExitSetupFailed: the message was bad or Python could not be started.
+	ExitSetupFailed = 126
+	// ExitNotLaunched: the daemon closed the descriptor without a message,
+	// which is how it discards a jail it built ahead of time.
+	ExitNotLaunched = 125
+)
+
+// Launch is what the daemon sends to start a run's program.
+type Launch struct {
+	// ScriptPath is the absolute path the script is written to.
+	ScriptPath string `json:"script_path"`
+	// Script is the program's source.
+	Script []byte `json:"script"`
+	// Argv is the program's command line; Argv[0] is the interpreter's
+	// absolute path.
+	Argv []string `json:"argv"`
+	// Env is the program's whole environment.
+	Env []string `json:"env"`
+	// Stdin is the program's standard input; nil leaves the init's own
+	// (/dev/null).
+	Stdin []byte `json:"stdin,omitempty"`
+}
+
+// Main runs the init. It takes no arguments and returns the exit code.
 func Main(args []string) int {
-	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "cellblock-init: usage: cellblock-init SCRIPT-PATH PROGRAM [ARGS...]")
+	if len(args) != 0 {
+		fmt.Fprintln(os.Stderr, "cellblock-init: takes no arguments; the run arrives on descriptor 3")
 		return ExitSetupFailed
 	}
-	if err := plantScript(args[0]); err != nil {
-		fmt.Fprintf(os.Stderr, "cellblock-init: %v\n", err)
+	ctl := os.NewFile(LaunchFD, "launch")
+	if ctl == nil {
+		fmt.Fprintln(os.Stderr, "cellblock-init: no launch descriptor")
 		return ExitSetupFailed
+	}
+	// The descriptor came through exec; the program must not inherit it.
+	syscall.CloseOnExec(LaunchFD)
+	l, err := receive(ctl)
+	if errors.Is(err, io.EOF) {
+		return ExitNotLaunched
+	}
+	failed := func(err error) int {
+		fmt.Fprintf(os.Stderr, "cellblock-init: %v\n", err)
+		_, _ = io.WriteString(ctl, AckFailed)
+		ctl.Close()
+		return ExitSetupFailed
+	}
+	if err == nil {
+		err = plantScript(l.ScriptPath, l.Script)
+	}
+	if err != nil {
+		return failed(err)
+	}
+	stdin, err := stdinFor(l.Stdin)
+	if err != nil {
+		return failed(err)
 	}
 	// Forward the polite signals to the program; SIGKILL from outside
 	// (the cgroup kill) needs no forwarding.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 
-	pid, err := syscall.ForkExec(args[1], args[1:], &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setpgid: false},
+	pid, err := syscall.ForkExec(l.Argv[0], l.Argv, &syscall.ProcAttr{
+		Env:   l.Env,
+		Files: []uintptr{stdin.Fd(), 1, 2},
 	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cellblock-init: start %s: %v\n", args[1], err)
-		return ExitSetupFailed
+	if stdin != os.Stdin {
+		stdin.Close()
 	}
+	if err != nil {
+		return failed(fmt.Errorf("start %s: %w", l.Argv[0], err))
+	}
+	_, _ = io.WriteString(ctl, AckStarted)
+	ctl.Close()
 	go func() {
 		for s := range sigs {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
@@ -86,24 +154,54 @@ func Main(args []string) int {
 	}
 }
 
-// plantScript copies the script from ScriptFD to path and closes the
-// descriptor so that the program does not inherit it.
-func plantScript(path string) error {
-	src := os.NewFile(ScriptFD, "script")
-	if src == nil {
-		return errors.New("no script descriptor")
+// receive reads the Launch message from f. It returns io.EOF when the
+// daemon closed f without a message.
+func receive(f *os.File) (*Launch, error) {
+	var l Launch
+	if err := json.NewDecoder(io.LimitReader(f, MaxLaunchBytes)).Decode(&l); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("read launch message: %w", err)
 	}
-	defer src.Close()
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("script path %q is not absolute", path)
+	switch {
+	case !filepath.IsAbs(l.ScriptPath):
+		return nil, fmt.Errorf("script path %q is not absolute", l.ScriptPath)
+	case len(l.Argv) == 0 || !filepath.IsAbs(l.Argv[0]):
+		return nil, fmt.Errorf("argv %q does not start with an absolute path", l.Argv)
 	}
+	return &l, nil
+}
+
+// plantScript writes the script to path, which must not exist yet.
+func plantScript(path string, script []byte) error {
 	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("create script: %w", err)
 	}
-	if _, err := io.Copy(dst, src); err != nil {
+	if _, err := dst.Write(script); err != nil {
 		dst.Close()
 		return fmt.Errorf("write script: %w", err)
 	}
 	return dst.Close()
+}
+
+// stdinFor returns the program's standard input: the init's own (/dev/null)
+// for nil, else the read end of a pipe that a goroutine fills with data and
+// then closes. The caller closes what it gets unless it is os.Stdin.
+func stdinFor(data []byte) (*os.File, error) {
+	if data == nil {
+		return os.Stdin, nil
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("stdin pipe: %w", err)
+	}
+	go func() {
+		// A program that stops reading early gets EPIPE here, not a
+		// signal: Go ignores SIGPIPE on descriptors other than 1 and 2.
+		_, _ = w.Write(data)
+		w.Close()
+	}()
+	return r, nil
 }

@@ -1,0 +1,354 @@
+package nsjail
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/nsjail/jailinit"
+)
+
+// ErrNotLaunched wraps a Launch error that happened before the program
+// could start: the jail is gone, but the run can be tried again in another.
+var ErrNotLaunched = errors.New("jail could not be launched")
+
+// launchTimeout bounds handing the program to the init, until its answer.
+const launchTimeout = 30 * time.Second
+
+// Jail is one jail whose init is running and waiting for its program: the
+// cgroup, the libcontainer container, the pipes of the init's stdout and
+// stderr, and the socket the program is handed over by. Launch it once, or
+// Close it.
+type Jail struct {
+	r         *Runner
+	id        string
+	spec      Spec // what the jail was built for (see Spec.sameJail)
+	limits    cgroup.Limits
+	cg        *cgroup.Cgroup
+	container *libcontainer.Container
+	proc      *libcontainer.Process
+	ctl       *os.File // our end of the init's descriptor 3
+	stdoutR   *os.File
+	stderrR   *os.File
+	waited    chan *os.ProcessState // receives the init's state once
+	exited    chan struct{}         // closed when the init has exited
+	create    time.Duration
+	start     time.Duration
+
+	// prestarted marks a jail built ahead of its run (see Pool);
+	// torndown, if set, is called once the jail is gone after its run.
+	prestarted bool
+	torndown   func()
+
+	mu   sync.Mutex
+	used bool // Launch or Close was called
+}
+
+// ID names the jail (its cgroup and container); for a jail built ahead of
+// time it is not the run's id.
+func (j *Jail) ID() string { return j.id }
+
+// Prepare builds a jail for spec under the name id and starts its init,
+// which then waits for Launch. Only what is fixed when a jail starts is
+// taken from spec (see Spec.sameJail), plus the cgroup limits.
+func (r *Runner) Prepare(id string, spec *Spec) (_ *Jail, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	j := &Jail{r: r, id: id, spec: *spec, limits: spec.Limits.cgroupLimits()}
+	j.cg, err = r.cgroups.Create(id, j.limits)
+	if err != nil {
+		return nil, fmt.Errorf("jail %s: %w", id, err)
+	}
+	var closers []*os.File
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+		if err != nil {
+			err = errors.Join(err, j.teardown())
+		}
+	}()
+	j.container, err = libcontainer.Create(r.stateRoot, id, spec.libcontainerConfig(r, j.cg.LibcontainerPath()))
+	if err != nil {
+		return nil, fmt.Errorf("create jail %s: %w", id, err)
+	}
+	pipe := func(name string) (rd, wr *os.File, err error) {
+		rd, wr, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("jail %s: %s pipe: %w", id, name, err)
+		}
+		return rd, wr, nil
+	}
+	ctlInit, ctl, err := socketpair()
+	if err != nil {
+		return nil, fmt.Errorf("jail %s: launch socket: %w", id, err)
+	}
+	closers = append(closers, ctlInit, ctl)
+	stdoutR, stdoutW, err := pipe("stdout")
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stdoutR, stdoutW)
+	stderrR, stderrW, err := pipe("stderr")
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, stderrR, stderrW)
+
+	j.proc = &libcontainer.Process{
+		Args:       []string{InitPath},
+		Env:        []string{"PATH=/usr/bin:/bin"},
+		UID:        r.uid,
+		GID:        r.gid,
+		Cwd:        WorkDir,
+		Stdout:     stdoutW,
+		Stderr:     stderrW,
+		ExtraFiles: []*os.File{ctlInit},
+		Init:       true,
+		LogLevel:   "4", // warnings and errors from libcontainer's init
+	}
+	j.create = time.Since(t0)
+	t1 := time.Now()
+	if err := j.container.Run(j.proc); err != nil {
+		return nil, fmt.Errorf("start jail %s: %w", id, err)
+	}
+	j.start = time.Since(t1)
+	// The jail holds its ends now; keep ours.
+	closers = []*os.File{ctlInit, stdoutW, stderrW}
+	j.ctl, j.stdoutR, j.stderrR = ctl, stdoutR, stderrR
+	j.waited = make(chan *os.ProcessState, 1)
+	j.exited = make(chan struct{})
+	go func() {
+		st, _ := j.proc.Wait()
+		j.waited <- st
+		close(j.exited)
+	}()
+	return j, nil
+}
+
+// alive reports whether the init is still waiting for its program.
+func (j *Jail) alive() bool {
+	select {
+	case <-j.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Close discards a jail that was never launched. It is a no-op after
+// Launch.
+func (j *Jail) Close() error {
+	if !j.claim() {
+		return nil
+	}
+	return j.discard()
+}
+
+// claim marks the jail used and reports whether it was free.
+func (j *Jail) claim() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	free := !j.used
+	j.used = true
+	return free
+}
+
+func (j *Jail) discard() error {
+	j.ctl.Close() // the init exits on its own (ExitNotLaunched)
+	if err := j.cg.Kill(); err != nil {
+		_ = j.proc.Signal(unix.SIGKILL)
+	}
+	<-j.waited
+	j.stdoutR.Close()
+	j.stderrR.Close()
+	return j.teardown()
+}
+
+// teardown removes the cgroup, then the container. The cgroup goes first
+// so that it has one owner: libcontainer's own removal then finds nothing
+// left.
+func (j *Jail) teardown() error {
+	var err error
+	if derr := j.cg.Delete(); derr != nil {
+		j.r.log.Error("delete jail cgroup", "jail", j.id, "err", derr)
+		err = derr
+	}
+	if j.container != nil {
+		if derr := j.container.Destroy(); derr != nil {
+			j.r.log.Error("destroy jail", "jail", j.id, "err", derr)
+			err = errors.Join(err, derr)
+		}
+	}
+	return err
+}
+
+// Launch carries out spec in the jail and tears the jail down. spec must
+// fit the jail (Spec.sameJail); its cgroup limits replace the jail's. An
+// error wrapping ErrNotLaunched means the program never started. Cancelling
+// ctx kills the run. A jail launches once; it is torn down afterwards
+// whatever happens.
+func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out *Outcome, err error) {
+	if !j.claim() {
+		return nil, fmt.Errorf("run %s: jail %s was used already", spec.ID, j.id)
+	}
+	return j.launch(ctx, spec, onOutput)
+}
+
+func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *Outcome, err error) {
+	out := &Outcome{Phases: Phases{Create: j.create, Prestarted: j.prestarted}}
+	if j.prestarted {
+		// Built before the request: only the launch is the run's.
+		out.Phases.Create = 0
+	}
+	t1 := time.Now()
+	defer func() {
+		td := time.Now()
+		if derr := j.teardown(); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		out.Phases.Teardown = time.Since(td)
+		if j.torndown != nil {
+			j.torndown()
+		}
+	}()
+	// The drains own the read ends from here.
+	defer j.stdoutR.Close()
+	defer j.stderrR.Close()
+	notLaunched := func(err error) (*Outcome, error) {
+		j.ctl.Close()
+		if kerr := j.cg.Kill(); kerr != nil {
+			_ = j.proc.Signal(unix.SIGKILL)
+		}
+		<-j.waited
+		return nil, fmt.Errorf("%w: run %s in jail %s: %w", ErrNotLaunched, spec.ID, j.id, err)
+	}
+	if err := spec.Validate(); err != nil {
+		return notLaunched(err)
+	}
+	if !j.spec.sameJail(spec) {
+		return notLaunched(errors.New("the run needs a differently built jail"))
+	}
+	if l := spec.Limits.cgroupLimits(); l != j.limits {
+		if err := j.cg.Update(l); err != nil {
+			return notLaunched(err)
+		}
+	}
+	msg, err := json.Marshal(spec.launch())
+	if err != nil {
+		return notLaunched(err)
+	}
+	// Hand the program over and wait for the init's answer: an init that
+	// died while it waited (or dies now) has started nothing.
+	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
+	if _, err := j.ctl.Write(msg); err != nil {
+		return notLaunched(fmt.Errorf("hand the program to the init: %w", err))
+	}
+	ack, err := bufio.NewReader(j.ctl).ReadString('\n')
+	j.ctl.Close()
+	switch {
+	case err != nil:
+		return notLaunched(fmt.Errorf("the init did not answer: %w", err))
+	case ack != jailinit.AckStarted && ack != jailinit.AckFailed:
+		return notLaunched(fmt.Errorf("the init answered %q", ack))
+	}
+	// AckFailed: the init says why on stderr and exits ExitSetupFailed,
+	// which the run reports like any exit.
+	start := time.Now()
+	out.Phases.Start = start.Sub(t1)
+	if !j.prestarted {
+		out.Phases.Start += j.start
+	}
+
+	// Drain both streams while the program runs, keeping at most the
+	// output limit of each.
+	var wg sync.WaitGroup
+	stdout := newCappedBuffer(spec.Limits.OutputBytes)
+	stderr := newCappedBuffer(spec.Limits.OutputBytes)
+	for _, s := range []struct {
+		name string
+		r    io.Reader
+		buf  *cappedBuffer
+	}{{"stdout", j.stdoutR, stdout}, {"stderr", j.stderrR, stderr}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.buf.drain(s.r, s.name, onOutput)
+		}()
+	}
+
+	timer := time.NewTimer(spec.Limits.Timeout - time.Since(start))
+	defer timer.Stop()
+	var state *os.ProcessState
+	select {
+	case state = <-j.waited:
+	case <-timer.C:
+		out.TimedOut = true
+	case <-ctx.Done():
+		out.Canceled = true
+	}
+	if state == nil {
+		// Kill the whole cgroup: every process of the run, however
+		// detached, not just the init.
+		if kerr := j.cg.Kill(); kerr != nil {
+			j.r.log.Error("kill run", "run", spec.ID, "jail", j.id, "err", kerr)
+			_ = j.proc.Signal(unix.SIGKILL)
+		}
+		state = <-j.waited
+	}
+	out.Duration = time.Since(start)
+
+	tc := time.Now()
+	// The init is gone, so the pid namespace is empty and every write end
+	// of the pipes is closed: the drains end. Bound the wait anyway.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		j.stdoutR.Close()
+		j.stderrR.Close()
+		<-drained
+	}
+	out.Stdout, out.StdoutTruncated = stdout.bytes()
+	out.Stderr, out.StderrTruncated = stderr.bytes()
+	out.ExitCode = exitCode(state)
+
+	st, serr := j.cg.Stats()
+	if serr != nil {
+		j.r.log.Warn("read run statistics", "run", spec.ID, "jail", j.id, "err", serr)
+	}
+	out.CPUTime = st.CPUTime
+	out.MemoryPeak = st.MemoryPeakBytes
+	out.OOMKilled = st.OOMKilled && !out.TimedOut
+	out.Phases.Program = out.Duration
+	out.Phases.Collect = time.Since(tc)
+	return out, nil
+}
+
+// socketpair returns two connected stream sockets: the init's end (for
+// descriptor 3) and ours, non-blocking so that it takes deadlines.
+func socketpair() (theirs, ours *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "launch-init"), os.NewFile(uintptr(fds[1]), "launch"), nil
+}

@@ -1,0 +1,123 @@
+package jailinit
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The test binary doubles as the init when this variable is set.
+const asInit = "CELLBLOCK_JAILINIT_TEST"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asInit) == "1" {
+		os.Exit(Main(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// start runs the init with a socket on descriptor 3 and returns our end.
+func start(t *testing.T) (*exec.Cmd, *os.File, *strings.Builder) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, ours := os.NewFile(uintptr(fds[0]), "init"), os.NewFile(uintptr(fds[1]), "daemon")
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = []string{asInit + "=1"}
+	cmd.ExtraFiles = []*os.File{theirs}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	t.Cleanup(func() { ours.Close(); _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd, ours, &out
+}
+
+func launch(t *testing.T, ctl *os.File, l *Launch) string {
+	t.Helper()
+	if err := json.NewEncoder(ctl).Encode(l); err != nil {
+		t.Fatal(err)
+	}
+	ack, err := bufio.NewReader(ctl).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer from the init: %v", err)
+	}
+	return ack
+}
+
+func TestLaunchRunsTheProgram(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "main.sh")
+	cmd, ctl, out := start(t)
+	ack := launch(t, ctl, &Launch{
+		ScriptPath: script,
+		// Descriptor 3 (the launch socket) must not reach the program.
+		Script: []byte("read line; echo \"$line $MINE $0\"; if [ -e /proc/self/fd/3 ]; then echo leaked; fi; exit 7\n"),
+		Argv:   []string{"/bin/sh", script},
+		Env:    []string{"MINE=env"},
+		Stdin:  []byte("from-stdin\n"),
+	})
+	if ack != AckStarted {
+		t.Fatalf("answer %q, want %q", ack, AckStarted)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 7 {
+		t.Fatalf("exit %d (%v), want the program's 7; output %q", code, err, out)
+	}
+	if got := out.String(); got != "from-stdin env "+script+"\n" {
+		t.Errorf("output %q", got)
+	}
+	if b, err := os.ReadFile(script); err != nil || !strings.HasPrefix(string(b), "read line") {
+		t.Errorf("script not planted: %q %v", b, err)
+	}
+}
+
+func TestSignalDeathIs128PlusN(t *testing.T) {
+	dir := t.TempDir()
+	cmd, ctl, out := start(t)
+	if ack := launch(t, ctl, &Launch{ScriptPath: filepath.Join(dir, "s"), Argv: []string{"/bin/sh", "-c", "kill -ABRT $$"}}); ack != AckStarted {
+		t.Fatalf("answer %q", ack)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+6 {
+		t.Errorf("exit %d, want 134; output %q", code, out)
+	}
+}
+
+func TestClosedWithoutMessage(t *testing.T) {
+	cmd, ctl, _ := start(t)
+	ctl.Close()
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != ExitNotLaunched {
+		t.Errorf("exit %d, want ExitNotLaunched", code)
+	}
+}
+
+func TestBadLaunchesFail(t *testing.T) {
+	dir := t.TempDir()
+	for name, l := range map[string]*Launch{
+		"relative script": {ScriptPath: "main.py", Argv: []string{"/bin/true"}},
+		"no argv":         {ScriptPath: filepath.Join(dir, "a")},
+		"relative argv":   {ScriptPath: filepath.Join(dir, "b"), Argv: []string{"true"}},
+		"missing program": {ScriptPath: filepath.Join(dir, "c"), Argv: []string{"/nonexistent/python"}},
+	} {
+		cmd, ctl, out := start(t)
+		if ack := launch(t, ctl, l); ack != AckFailed {
+			t.Errorf("%s: answer %q, want %q", name, ack, AckFailed)
+		}
+		_ = cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != ExitSetupFailed || !strings.Contains(out.String(), "cellblock-init:") {
+			t.Errorf("%s: exit %d output %q", name, code, out)
+		}
+	}
+}
