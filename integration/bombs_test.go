@@ -110,9 +110,9 @@ func TestForkBomb(t *testing.T) {
 		t.Errorf("%d children under a limit of 32 tasks", n)
 	}
 	// The sleeping children died with the run.
-	if procs := jailProcesses(); len(procs) > 0 {
-		if !waitFor(5*time.Second, func() bool { return len(jailProcesses()) == 0 }) {
-			t.Errorf("processes outlived the run: %v", jailProcesses())
+	if procs := runProcesses(); len(procs) > 0 {
+		if !waitFor(5*time.Second, func() bool { return len(runProcesses()) == 0 }) {
+			t.Errorf("processes outlived the run: %v", runProcesses())
 		}
 	}
 }

@@ -316,8 +316,14 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "shared cellblockd did not exit within 60s of SIGTERM")
 			code = 1
 		}
+		// Every daemon is gone now, with its prestarted jails: nothing
+		// of ours may be left at all.
 		if leftovers := leftoverCgroups(); len(leftovers) > 0 {
 			fmt.Fprintf(os.Stderr, "run cgroups left behind: %v\n", leftovers)
+			code = 1
+		}
+		if procs := jailProcesses(); len(procs) > 0 {
+			fmt.Fprintf(os.Stderr, "jail processes left behind: %v\n", procs)
 			code = 1
 		}
 	}
@@ -382,8 +388,10 @@ func leftoverCgroups() []string {
 	return found
 }
 
-// jailProcesses lists host processes whose uid lies in the jails' range or
-// is the no-userns jail uid.
+// jailProcesses lists live host processes whose uid lies in the jails'
+// range or is the no-userns jail uid. Zombies are not listed: they hold
+// nothing but a pid, and the reaping of jail inits that outlived a killed
+// daemon is up to the host's pid 1.
 func jailProcesses() []string {
 	var found []string
 	entries, _ := os.ReadDir("/proc")
@@ -403,6 +411,9 @@ func jailProcesses() []string {
 			if strings.HasPrefix(line, "Name:") {
 				name = strings.TrimSpace(strings.TrimPrefix(line, "Name:"))
 			}
+			if strings.HasPrefix(line, "State:") && strings.Contains(line, "zombie") {
+				break
+			}
 			if strings.HasPrefix(line, "Uid:") {
 				fields := strings.Fields(line)
 				if len(fields) > 1 {
@@ -414,6 +425,58 @@ func jailProcesses() []string {
 			}
 		}
 		f.Close()
+	}
+	return found
+}
+
+// prestartPrefix starts the names of jails a daemon builds ahead of
+// requests (nsjail.Pool).
+const prestartPrefix = "pre-"
+
+// idleInit reports whether pid is the init of a prestarted jail that is
+// still waiting for its program: cellblock-init (comm "init") without
+// children. Whatever a run started is a child of its init, or the init is
+// gone.
+func idleInit(pid string) bool {
+	comm, err := os.ReadFile("/proc/" + pid + "/comm")
+	if err != nil || strings.TrimSpace(string(comm)) != "init" {
+		return false
+	}
+	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
+	for _, t := range tasks {
+		if c, _ := os.ReadFile(t); strings.TrimSpace(string(c)) != "" {
+			return false
+		}
+	}
+	return len(tasks) > 0
+}
+
+// runProcesses is jailProcesses without the inits of prestarted jails
+// that wait for a run: what runs left behind while their daemon lives.
+func runProcesses() []string {
+	var found []string
+	for _, p := range jailProcesses() {
+		pid, _, _ := strings.Cut(p, "(")
+		if !idleInit(pid) {
+			found = append(found, p)
+		}
+	}
+	return found
+}
+
+// runCgroups is leftoverCgroups without the cgroups of prestarted jails
+// that wait for a run (holding nothing but their idle init).
+func runCgroups() []string {
+	var found []string
+	for _, p := range leftoverCgroups() {
+		if strings.HasPrefix(filepath.Base(p), prestartPrefix) {
+			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			pids := strings.Fields(string(b))
+			if err == nil && len(pids) == 1 && idleInit(pids[0]) {
+				continue
+			}
+		}
+		found = append(found, p)
 	}
 	return found
 }

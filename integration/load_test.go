@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -47,15 +48,17 @@ func TestLoad48RunsAt8(t *testing.T) {
 	assertNothingLeft(t, mountsBefore)
 }
 
-// assertNothingLeft checks that no run left a cgroup, a jail process, a
-// mount or jail state behind.
+// assertNothingLeft checks that no run left a cgroup, a jail process or a
+// mount behind. Prestarted jails still waiting for a run are not left
+// behind: they belong to the live daemon (TestMain checks that they go
+// with it).
 func assertNothingLeft(t *testing.T, mountsBefore int) {
 	t.Helper()
-	if !waitFor(5*time.Second, func() bool { return len(leftoverCgroups()) == 0 }) {
-		t.Errorf("cgroups left behind: %v", leftoverCgroups())
+	if !waitFor(5*time.Second, func() bool { return len(runCgroups()) == 0 }) {
+		t.Errorf("cgroups left behind: %v", runCgroups())
 	}
-	if !waitFor(5*time.Second, func() bool { return len(jailProcesses()) == 0 }) {
-		t.Errorf("processes left behind: %v", jailProcesses())
+	if !waitFor(5*time.Second, func() bool { return len(runProcesses()) == 0 }) {
+		t.Errorf("processes left behind: %v", runProcesses())
 	}
 	if n := mountCount(t); n != mountsBefore {
 		t.Errorf("mounts: %d before, %d after", mountsBefore, n)
@@ -112,26 +115,52 @@ if os.fork() == 0:
 time.sleep(300)
 `, TimeoutMs: 300000})
 	}
-	if !waitFor(20*time.Second, func() bool { return len(jailProcesses()) >= 8 }) {
-		t.Fatalf("the runs did not start: %v\n%s", jailProcesses(), d.Log())
+	if !waitFor(20*time.Second, func() bool { return len(runProcesses()) >= 8 }) {
+		t.Fatalf("the runs did not start: %v\n%s", runProcesses(), d.Log())
 	}
 	d.Kill()
 	// A crashed daemon leaves its jails to die by parent-death signal and
 	// its cgroups and state to the next start-up's sweep.
 	d2 := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery")
-	if !waitFor(10*time.Second, func() bool { return len(jailProcesses()) == 0 }) {
-		t.Errorf("orphaned jail processes after restart: %v", jailProcesses())
+	if !waitFor(10*time.Second, func() bool { return len(runProcesses()) == 0 }) {
+		t.Errorf("orphaned jail processes after restart: %v", runProcesses())
 	}
-	if left := leftoverCgroups(); len(left) > 0 {
+	if left := runCgroups(); len(left) > 0 {
 		t.Errorf("cgroups left after restart: %v", left)
 	}
+	// Only the new daemon's prestarted jails (at most --prestart of them)
+	// may have state.
 	entries, _ := os.ReadDir(state + "/jails")
-	if len(entries) != 0 {
-		t.Errorf("jail state left after restart: %d entries", len(entries))
+	pre := 0
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), prestartPrefix) {
+			t.Errorf("jail state left after restart: %s", e.Name())
+		} else {
+			pre++
+		}
+	}
+	if pre > 2 {
+		t.Errorf("%d prestarted jails' state after restart; the new daemon keeps 2", pre)
 	}
 	runOK(t, d2, &api.RunRequest{Code: "print('alive')"})
 	d2.Stop(t)
+	// With both daemons gone nothing at all may be left, prestarted jails
+	// included.
 	assertNothingLeft(t, mountsBefore)
+	for _, p := range jailProcesses() {
+		pid, _, _ := strings.Cut(p, "(")
+		if cg, _ := os.ReadFile("/proc/" + pid + "/cgroup"); strings.Contains(string(cg), "/cellblock-recovery/") {
+			t.Errorf("jail process after the daemon stopped: %s", p)
+		}
+	}
+	for _, p := range leftoverCgroups() {
+		if strings.Contains(p, "cellblock-recovery") {
+			t.Errorf("cgroup after the daemon stopped: %s", p)
+		}
+	}
+	if entries, _ := os.ReadDir(state + "/jails"); len(entries) != 0 {
+		t.Errorf("jail state after the daemon stopped: %d entries", len(entries))
+	}
 }
 
 func TestSIGTERMDrains(t *testing.T) {

@@ -63,13 +63,19 @@ func TestMetricsCountRuns(t *testing.T) {
 	before := scrapeMetrics(t, d.Socket)
 	for _, name := range []string{`cellblock_runs_total{outcome="ok"}`, "cellblock_runs_in_flight", "cellblock_queue_length",
 		"cellblock_env_cache_hits_total", "cellblock_env_cache_misses_total", "cellblock_env_cache_builds_total",
-		"cellblock_run_duration_seconds_count", "cellblock_jail_setup_seconds_count", "go_goroutines", "process_open_fds"} {
+		"cellblock_run_duration_seconds_count", "cellblock_jail_setup_seconds_count", "cellblock_runs_prestarted_total", "go_goroutines", "process_open_fds"} {
 		if v, ok := before[name]; !ok || (strings.HasPrefix(name, "cellblock_") && v != 0) {
 			t.Errorf("fresh daemon: %s = %v (present %v), want 0", name, v, ok)
 		}
 	}
 
-	runOK(t, d, &api.RunRequest{Code: "print(1)"})
+	waitPrestarted(t, d)
+	if got := scrapeMetrics(t, d.Socket)["cellblock_prestarted_jails_ready"]; got != 2 {
+		t.Errorf("cellblock_prestarted_jails_ready = %v, want 2", got)
+	}
+	if res := runOK(t, d, &api.RunRequest{Code: "print(1)"}); !res.Phases.Prestarted {
+		t.Errorf("the first run on a ready daemon did not get a prestarted jail: %+v", res.Phases)
+	}
 	runOK(t, d, &api.RunRequest{Code: "print(2)"})
 	if res := run(t, d, &api.RunRequest{Code: "import sys; sys.exit(3)"}); res.ExitCode != 3 {
 		t.Fatalf("exit %d", res.ExitCode)
@@ -111,6 +117,9 @@ func TestMetricsCountRuns(t *testing.T) {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)
 		}
+	}
+	if n := m["cellblock_runs_prestarted_total"]; n < 1 || n > 6 {
+		t.Errorf("cellblock_runs_prestarted_total = %v, want between 1 and the 6 runs", n)
 	}
 	if s := m["cellblock_jail_setup_seconds_sum"]; s <= 0 || s > 60 {
 		t.Errorf("cellblock_jail_setup_seconds_sum = %v", s)

@@ -118,23 +118,25 @@ func soakKindOf(i int) soakKind {
 }
 
 // soakLeftovers lists the run cgroups and the jail processes that belong
-// to the runs ids, so that the check is not confused by the runs of other
-// daemons on the machine (a developer's other test run). A jail process
-// cannot leave its run's cgroup, nor can the cgroup go while it lives.
+// to the runs ids or to prestarted jails that are not idle, so that the
+// check is not confused by the runs of other daemons on the machine (a
+// developer's other test run). A jail process cannot leave its run's
+// cgroup, nor can the cgroup go while it lives.
 func soakLeftovers(ids map[string]bool) (cgroups, procs []string) {
-	for _, p := range leftoverCgroups() {
-		if ids[filepath.Base(p)] {
+	ours := func(name string) bool { return ids[name] || strings.HasPrefix(name, prestartPrefix) }
+	for _, p := range runCgroups() {
+		if ours(filepath.Base(p)) {
 			cgroups = append(cgroups, p)
 		}
 	}
-	for _, p := range jailProcesses() {
+	for _, p := range runProcesses() {
 		pid, _, _ := strings.Cut(p, "(")
 		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
 		if err != nil {
 			continue // gone
 		}
 		for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
-			if ids[part] {
+			if ours(part) {
 				procs = append(procs, p)
 				break
 			}

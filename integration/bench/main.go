@@ -59,34 +59,23 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	sock := filepath.Join(tmp, "cellblockd.sock")
 	wheels, err := benchWheelhouse(tmp)
 	if err != nil {
 		return err
 	}
-	daemon := exec.Command(filepath.Join(bins, "cellblockd"), "--socket", sock, "--state-dir", *stateDir, "--cgroup-name", "cellblock-bench", "--log-format", "json",
-		"--no-index", "--find-links", wheels)
-	logf, err := os.Create(filepath.Join(tmp, "daemon.log"))
+	// Two daemons: one as installed (jails prestarted), one that builds
+	// every jail when its request arrives.
+	pre, err := startDaemon(bins, tmp, "prestart", *stateDir, "cellblock-bench", "--no-index", "--find-links", wheels)
 	if err != nil {
 		return err
 	}
-	daemon.Stdout, daemon.Stderr = logf, logf
-	if err := daemon.Start(); err != nil {
+	defer pre.stop()
+	fresh, err := startDaemon(bins, tmp, "fresh", *stateDir+"-fresh", "cellblock-bench-fresh", "--prestart", "0", "--no-index", "--find-links", wheels)
+	if err != nil {
 		return err
 	}
-	defer func() {
-		_ = daemon.Process.Signal(syscall.SIGTERM)
-		_ = daemon.Wait()
-	}()
-	c := client.New(sock)
-	deadline := time.Now().Add(2 * time.Minute)
-	for c.Health(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logf.Name())
-			return fmt.Errorf("daemon did not start:\n%s", log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	defer fresh.stop()
+	c := pre.client
 	info, err := c.Info(context.Background())
 	if err != nil {
 		return err
@@ -132,12 +121,17 @@ func run() error {
 	} else {
 		fmt.Println("runc: not installed (apt-get install runc), skipped")
 	}
-	runners = append(runners, &runner{name: "cellblock", cmd: func() *exec.Cmd {
-		cmd := exec.Command(filepath.Join(bins, "cellblock"), "--socket", sock, "run", "-c", code)
-		return cmd
-	}})
+	runners = append(runners,
+		&runner{name: "cellblock, fresh jail (--prestart 0)", cmd: func() *exec.Cmd {
+			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", fresh.socket, "run", "-c", code)
+		}},
+		&runner{name: "cellblock, prestarted jail (default)", cmd: func() *exec.Cmd {
+			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", pre.socket, "run", "-c", code)
+		}})
 
-	// Warm up each runner, then interleave.
+	// Warm up each runner, then interleave. Every measurement starts on a
+	// quiet machine: the daemon refills its prestarted jails after a run,
+	// and that work must not land in anybody's measurement.
 	for _, r := range runners {
 		if out, err := r.cmd().CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "1" {
 			return fmt.Errorf("%s does not work: %v: %s", r.name, err, out)
@@ -145,6 +139,9 @@ func run() error {
 	}
 	for i := 0; i < *n; i++ {
 		for _, r := range runners {
+			if err := pre.settle(); err != nil {
+				return err
+			}
 			cmd := r.cmd()
 			var out bytes.Buffer
 			cmd.Stdout = &out
@@ -164,15 +161,34 @@ func run() error {
 		fmt.Printf("| %s | %s | %s | %.2f× |\n", r.name, ms(m), ms(percentile(r.times, 0.9)), float64(m)/float64(bare))
 	}
 
-	// Phases, from the daemon's own accounting, over more runs.
+	// Phases, from the daemons' own accounting, over more runs.
+	for _, d := range []*benchDaemon{fresh, pre} {
+		if err := phaseTable(d, code, *n); err != nil {
+			return err
+		}
+	}
+	// Dependencies on the fresh-jail daemon, so that runs with and
+	// without an environment are built the same way.
+	return depsBench(fresh.client, *n)
+}
+
+// phaseTable breaks n API calls on d down by the daemon's phases.
+func phaseTable(d *benchDaemon, code string, n int) error {
 	var phases []api.Phases
 	var totals []time.Duration
-	for i := 0; i < *n; i++ {
+	prestarted := 0
+	for i := 0; i < n; i++ {
+		if err := d.settle(); err != nil {
+			return err
+		}
 		start := time.Now()
-		res, err := c.Run(context.Background(), &api.RunRequest{Code: code})
+		res, err := d.client.Run(context.Background(), &api.RunRequest{Code: code})
 		total := time.Since(start)
 		if err != nil || res.Error != nil || res.Phases == nil {
 			return fmt.Errorf("phase run: %v %+v", err, res)
+		}
+		if res.Phases.Prestarted {
+			prestarted++
 		}
 		phases = append(phases, *res.Phases)
 		totals = append(totals, total)
@@ -188,16 +204,77 @@ func run() error {
 		pick(func(p api.Phases) int64 { return p.ProgramUs }), pick(func(p api.Phases) int64 { return p.CollectUs }), pick(func(p api.Phases) int64 { return p.TeardownUs })
 	total := median(totals)
 	request := total - create - start - prog - collect - teardown
-	fmt.Printf("\nwhere a cellblock run's time goes (medians of %d API calls, total %s):\n\n", *n, ms(total))
+	fmt.Printf("\nwhere a cellblock run's time goes, %s (medians of %d API calls, %d of them in prestarted jails, total %s):\n\n", d.name, n, prestarted, ms(total))
 	fmt.Println("| phase | median | what |")
 	fmt.Println("|---|---|---|")
 	fmt.Printf("| request | %s | client, HTTP over the socket, decoding, queueing |\n", ms(request))
 	fmt.Printf("| create | %s | cgroup made and limited, libcontainer container created |\n", ms(create))
-	fmt.Printf("| start | %s | namespaces, mounts, pivot_root, seccomp, exec of the init |\n", ms(start))
+	fmt.Printf("| start | %s | namespaces, mounts, pivot_root, seccomp, exec of the init; then the hand-over of the program |\n", ms(start))
 	fmt.Printf("| python | %s | the init plants the script, Python starts and runs |\n", ms(prog))
 	fmt.Printf("| collect | %s | output drained, cgroup statistics read |\n", ms(collect))
 	fmt.Printf("| teardown | %s | cgroup and container removed |\n", ms(teardown))
-	return depsBench(c, *n)
+	return nil
+}
+
+// benchDaemon is a cellblockd the benchmark started.
+type benchDaemon struct {
+	name   string
+	socket string
+	cmd    *exec.Cmd
+	client *client.Client
+	log    string
+}
+
+// startDaemon starts cellblockd with its own socket, state directory and
+// cgroup name, and waits until it answers.
+func startDaemon(bins, tmp, name, stateDir, cgroupName string, args ...string) (*benchDaemon, error) {
+	d := &benchDaemon{name: name, socket: filepath.Join(tmp, name+".sock"), log: filepath.Join(tmp, name+".log")}
+	args = append([]string{"--socket", d.socket, "--state-dir", stateDir, "--cgroup-name", cgroupName, "--log-format", "json"}, args...)
+	d.cmd = exec.Command(filepath.Join(bins, "cellblockd"), args...)
+	logf, err := os.Create(d.log)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	if err := d.cmd.Start(); err != nil {
+		return nil, err
+	}
+	d.client = client.New(d.socket)
+	deadline := time.Now().Add(2 * time.Minute)
+	for d.client.Health(context.Background()) != nil {
+		if time.Now().After(deadline) {
+			d.stop()
+			log, _ := os.ReadFile(d.log)
+			return nil, fmt.Errorf("daemon %s did not start:\n%s", name, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return d, d.settle()
+}
+
+func (d *benchDaemon) stop() {
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d.cmd.Wait()
+}
+
+// settle waits until every prestarted jail is ready again, so that no
+// refill runs during a measurement.
+func (d *benchDaemon) settle() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := d.client.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.PrestartReady >= info.Prestart {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("daemon %s: %d of %d prestarted jails ready after 30 s", d.name, info.PrestartReady, info.Prestart)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // defaultRootfs reads the default rootfs's metadata from the store.

@@ -117,6 +117,10 @@ type Phases struct {
 	// EnvUs is the time to get the run's dependency environment: a few
 	// microseconds for a cached one, the whole build otherwise.
 	EnvUs int64 `json:"env_us,omitempty"`
+	// Prestarted reports that the run's jail was built and started
+	// before the request arrived (create_us is then 0 and start_us only
+	// the hand-over); it was new and unused all the same.
+	Prestarted bool `json:"prestarted,omitempty"`
 }
 
 // Environment describes the dependency environment attached to a run.
@@ -186,6 +190,10 @@ type Info struct {
 	QueueSize     int `json:"queue_size"`
 	Running       int `json:"running"`
 	Queued        int `json:"queued"`
+	// Prestart jails are kept started ahead of requests; PrestartReady
+	// of them are waiting now.
+	Prestart      int `json:"prestart"`
+	PrestartReady int `json:"prestart_ready"`
 	// Filesystem describes what a run may write.
 	Filesystem string `json:"filesystem"`
 	// Dependencies describes how dependency environments are built.

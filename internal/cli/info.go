@@ -93,6 +93,11 @@ func writeInfo(w io.Writer, info *api.Info) {
 	}
 	fmt.Fprintf(tw, "runs\t%d at once, %d more may wait (now %d running, %d waiting)\n",
 		info.MaxConcurrent, info.QueueSize, info.Running, info.Queued)
+	if info.Prestart > 0 {
+		fmt.Fprintf(tw, "prestarted jails\t%d kept ready for runs on the default Python without dependencies (%d ready now)\n", info.Prestart, info.PrestartReady)
+	} else {
+		fmt.Fprintf(tw, "prestarted jails\tnone: each jail is built when its request arrives\n")
+	}
 	if d := info.Dependencies; d != nil {
 		src := "the installer's default index"
 		if d.IndexURL != "" {

@@ -24,6 +24,8 @@ const (
 	DefaultUserNSSize    = 65536
 	DefaultShutdownGrace = 30 * time.Second
 	DefaultOpenFiles     = 1024
+	DefaultPrestart      = 2
+	MaxPrestart          = 64
 
 	// DefaultAuditLogName is the audit log's file in the state directory.
 	DefaultAuditLogName     = "audit.log"
@@ -83,6 +85,11 @@ type Config struct {
 	// MaxConcurrent is how many runs execute at once; 0 means the number
 	// of CPUs.
 	MaxConcurrent int
+	// Prestart is how many jails are kept built and started ahead of
+	// requests, for runs on the default Python with no dependencies and
+	// the default tmp size; each carries out one run and is then torn
+	// down. 0 builds every jail when its request arrives.
+	Prestart int
 	// QueueSize is how many runs may wait for a slot; beyond it the daemon
 	// answers 429.
 	QueueSize int
@@ -140,6 +147,7 @@ func Default() Config {
 		SocketGroup:   DefaultSocketGroup,
 		CgroupName:    DefaultCgroupName,
 		QueueSize:     DefaultQueueSize,
+		Prestart:      DefaultPrestart,
 		UserNS:        "auto",
 		UserNSBase:    DefaultUserNSBase,
 		ShutdownGrace: DefaultShutdownGrace,
@@ -187,6 +195,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 1024 {
 		errs = append(errs, fmt.Errorf("--max-concurrent %d must be between 1 and 1024", c.MaxConcurrent))
+	}
+	if c.Prestart < 0 || c.Prestart > MaxPrestart {
+		errs = append(errs, fmt.Errorf("--prestart %d must be between 0 and %d", c.Prestart, MaxPrestart))
 	}
 	if c.QueueSize < 0 || c.QueueSize > 100000 {
 		errs = append(errs, fmt.Errorf("--queue %d must be between 0 and 100000", c.QueueSize))

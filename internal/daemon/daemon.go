@@ -180,6 +180,14 @@ func run(cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	exec.runner = runner
+	if err := exec.prestart(py); err != nil {
+		return err
+	}
+	defer func() {
+		if err := exec.pool.Close(); err != nil {
+			log.Error("tear down prestarted jails", "err", err)
+		}
+	}()
 
 	ln, activated, err := listen(cfg, log)
 	if err != nil {
@@ -208,6 +216,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		Metrics: stats.Handler(),
 	}, exec)
 	stats.SetLoad(srv.Load)
+	stats.SetPrestartReady(exec.pool.Ready)
 
 	log.Info("cellblockd ready", "version", Version, "socket", ln.Addr().String(), "python", py.Version,
 		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent, "audit_log", cfg.AuditLog)

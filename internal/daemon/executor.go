@@ -26,6 +26,8 @@ type executor struct {
 	log        *slog.Logger
 	// deps builds and attaches dependency environments (envs.go).
 	deps *dependencies
+	// pool holds jails started ahead of requests; nil with --prestart 0.
+	pool *nsjail.Pool
 }
 
 // Execute implements server.Executor.
@@ -37,32 +39,8 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		return nil, err
 	}
 	defer env.release()
-	spec := &nsjail.Spec{
-		ID:         id,
-		Rootfs:     py.Dir,
-		Python:     py.Executable,
-		Script:     []byte(req.Code),
-		ScriptName: req.Filename,
-		Args:       req.Args,
-		Env:        req.Env,
-		Limits: nsjail.Limits{
-			Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
-			MemoryBytes: l.MemoryBytes,
-			Pids:        l.Pids,
-			CPUs:        l.CPUs,
-			OutputBytes: l.OutputBytes,
-			TmpBytes:    l.TmpBytes,
-			OpenFiles:   config.DefaultOpenFiles,
-		},
-		Mounts: env.mounts(),
-	}
-	if spec.ScriptName == "" {
-		spec.ScriptName = "main.py"
-	}
-	if req.Stdin != "" {
-		spec.Stdin = []byte(req.Stdin)
-	}
-	out, err := e.runner.Run(ctx, spec, onOutput)
+	spec := e.spec(id, py, req, l, env.mounts())
+	out, err := e.run(ctx, spec, onOutput)
 	if err != nil {
 		return nil, err
 	}
@@ -75,6 +53,35 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		res.Error = api.Errorf(api.ErrCanceled, "", "the run was cancelled")
 	}
 	return res, nil
+}
+
+// run carries out spec in a prestarted jail when one fits, else in one
+// built for it now.
+func (e *executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
+	if j := e.pool.Take(spec); j != nil {
+		out, err := j.Launch(ctx, spec, onOutput)
+		if !errors.Is(err, nsjail.ErrNotLaunched) {
+			return out, err
+		}
+		// The program never started: nothing ran twice.
+		e.log.Warn("a prestarted jail could not be launched; building a new one", "run", spec.ID, "err", err)
+	}
+	return e.runner.Run(ctx, spec, onOutput)
+}
+
+// prestart starts keeping cfg.Prestart jails ready for runs on py with no
+// dependencies and the default limits.
+func (e *executor) prestart(py rootfs.Python) error {
+	if e.cfg.Prestart == 0 {
+		return nil
+	}
+	spec := e.spec("prestart", py, &api.RunRequest{}, e.cfg.Defaults, nil)
+	pool, err := e.runner.NewPool(spec, e.cfg.Prestart)
+	if err != nil {
+		return fmt.Errorf("prestart jails: %w", err)
+	}
+	e.pool = pool
+	return nil
 }
 
 // resultOf maps a jail outcome to the contract's result object.
@@ -96,8 +103,39 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 			ProgramUs:  out.Phases.Program.Microseconds(),
 			CollectUs:  out.Phases.Collect.Microseconds(),
 			TeardownUs: out.Phases.Teardown.Microseconds(),
+			Prestarted: out.Phases.Prestarted,
 		},
 	}
+}
+
+// spec describes the run of req on py under limits l with mounts.
+func (e *executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.Limits, mounts []nsjail.Mount) *nsjail.Spec {
+	spec := &nsjail.Spec{
+		ID:         id,
+		Rootfs:     py.Dir,
+		Python:     py.Executable,
+		Script:     []byte(req.Code),
+		ScriptName: req.Filename,
+		Args:       req.Args,
+		Env:        req.Env,
+		Limits: nsjail.Limits{
+			Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
+			MemoryBytes: l.MemoryBytes,
+			Pids:        l.Pids,
+			CPUs:        l.CPUs,
+			OutputBytes: l.OutputBytes,
+			TmpBytes:    l.TmpBytes,
+			OpenFiles:   config.DefaultOpenFiles,
+		},
+		Mounts: mounts,
+	}
+	if spec.ScriptName == "" {
+		spec.ScriptName = "main.py"
+	}
+	if req.Stdin != "" {
+		spec.Stdin = []byte(req.Stdin)
+	}
+	return spec
 }
 
 // Info implements server.Executor.
@@ -109,6 +147,8 @@ func (e *executor) Info() api.Info {
 		Seccomp:       true,
 		Network:       "none: a private network namespace with only loopback",
 		Filesystem:    "read-only root; writable tmpfs at /tmp, /work (the working directory and HOME) and /dev/shm, each of tmp_bytes",
+		Prestart:      e.cfg.Prestart,
+		PrestartReady: e.pool.Ready(),
 	}
 	if e.deps != nil {
 		info.Dependencies = e.deps.info()

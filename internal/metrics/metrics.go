@@ -31,7 +31,9 @@ type Metrics struct {
 	envHits   prometheus.Counter
 	envMisses prometheus.Counter
 	envBuilds prometheus.Counter
+	prestart  prometheus.Counter
 	load      atomic.Pointer[func() (running, queued int)]
+	ready     atomic.Pointer[func() int]
 }
 
 // New returns the registry of a daemon of the given version.
@@ -64,6 +66,10 @@ func New(version string) *Metrics {
 			Name: "cellblock_env_cache_builds_total",
 			Help: "Dependency environments built successfully.",
 		}),
+		prestart: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cellblock_runs_prestarted_total",
+			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
+		}),
 	}
 	for _, o := range server.Outcomes {
 		m.runs.WithLabelValues(o)
@@ -75,7 +81,7 @@ func New(version string) *Metrics {
 	})
 	info.Set(1)
 	m.reg.MustRegister(
-		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, info,
+		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, info,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
 			Help: "Runs executing now.",
@@ -84,6 +90,15 @@ func New(version string) *Metrics {
 			Name: "cellblock_queue_length",
 			Help: "Runs waiting for a slot now.",
 		}, func() float64 { _, q := m.readLoad(); return float64(q) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellblock_prestarted_jails_ready",
+			Help: "Jails built ahead of requests and waiting for a run now.",
+		}, func() float64 {
+			if f := m.ready.Load(); f != nil {
+				return float64((*f)())
+			}
+			return 0
+		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -93,6 +108,10 @@ func New(version string) *Metrics {
 // SetLoad gives the registry the server's admission counters, read at
 // every scrape for the in-flight and queue gauges.
 func (m *Metrics) SetLoad(load func() (running, queued int)) { m.load.Store(&load) }
+
+// SetPrestartReady gives the registry the count of prestarted jails ready,
+// read at every scrape.
+func (m *Metrics) SetPrestartReady(ready func() int) { m.ready.Store(&ready) }
 
 func (m *Metrics) readLoad() (running, queued int) {
 	if f := m.load.Load(); f != nil {
@@ -111,6 +130,9 @@ func (m *Metrics) Observe(rec server.RunRecord) {
 	m.duration.Observe(rec.Duration.Seconds())
 	if p := res.Phases; p != nil && p.CreateUs+p.StartUs > 0 {
 		m.setup.Observe(float64(p.CreateUs+p.StartUs) / 1e6)
+	}
+	if p := res.Phases; p != nil && p.Prestarted {
+		m.prestart.Inc()
 	}
 	switch env := res.Environment; {
 	case env != nil && env.CacheHit:

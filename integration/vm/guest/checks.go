@@ -307,27 +307,36 @@ func findByJailPid(jailPid int) (*hostProc, error) {
 }
 
 // checkCleanup: after the runs, no run cgroup, jail process or jail state
-// is left; the daemon exits 0 on SIGTERM and leaves only its own, empty,
+// is left besides the prestarted jails waiting for the next run; the daemon
+// exits 0 on SIGTERM, taking those with it, and leaves only its own, empty,
 // cgroups, which can then be removed.
 func checkCleanup(ctx context.Context, d *daemonProc) (string, error) {
 	var problems []string
+	if err := d.prestarted(ctx); err != nil {
+		problems = append(problems, err.Error())
+	}
+	idle := 0
 	if entries, err := os.ReadDir(runsCgroup); err != nil {
 		problems = append(problems, err.Error())
 	} else {
 		for _, e := range entries {
-			if e.IsDir() {
+			switch {
+			case !e.IsDir():
+			case idleJail(filepath.Join(runsCgroup, e.Name())):
+				idle++
+			default:
 				problems = append(problems, "run cgroup left: "+e.Name())
 			}
 		}
 	}
-	if pids, err := cgroupProcs(runsCgroup); err != nil || len(pids) > 0 {
-		problems = append(problems, fmt.Sprintf("processes in %s: %v %v", runsCgroup, pids, err))
+	if jp := jailProcesses(); len(jp) != idle {
+		problems = append(problems, fmt.Sprintf("jail processes left: %v (%d idle prestarted jails)", jp, idle))
 	}
-	if jp := jailProcesses(); len(jp) > 0 {
-		problems = append(problems, fmt.Sprintf("jail processes left: %v", jp))
+	if entries, err := os.ReadDir(filepath.Join(daemonState, "jails")); err == nil && len(entries) != idle {
+		problems = append(problems, fmt.Sprintf("jail state left: %d entries (%d idle prestarted jails)", len(entries), idle))
 	}
-	if entries, err := os.ReadDir(filepath.Join(daemonState, "jails")); err == nil && len(entries) > 0 {
-		problems = append(problems, fmt.Sprintf("jail state left: %d entries", len(entries)))
+	if idle == 0 {
+		problems = append(problems, "no idle prestarted jail while the daemon runs")
 	}
 
 	t0 := time.Now()
@@ -341,6 +350,9 @@ func checkCleanup(ctx context.Context, d *daemonProc) (string, error) {
 	if pids, err := cgroupProcs(serviceCgroup); err != nil || len(pids) > 0 {
 		problems = append(problems, fmt.Sprintf("processes left in %s: %v %v", serviceCgroup, pids, err))
 	}
+	if jp := jailProcesses(); len(jp) > 0 {
+		problems = append(problems, fmt.Sprintf("jail processes left after the daemon exited: %v", jp))
+	}
 	if len(problems) == 0 {
 		if err := removeCgroupTree(serviceCgroup); err != nil {
 			problems = append(problems, "the daemon's cgroup is not empty: "+err.Error())
@@ -349,8 +361,8 @@ func checkCleanup(ctx context.Context, d *daemonProc) (string, error) {
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "; "))
 	}
-	return fmt.Sprintf("no run cgroup, jail process or jail state left; SIGTERM: exit 0 in %v; %s removed empty",
-		stopped.Round(time.Millisecond), strings.TrimPrefix(serviceCgroup, cgroupRoot)), nil
+	return fmt.Sprintf("no run cgroup, jail process or jail state left besides %d idle prestarted jails; SIGTERM: exit 0 in %v, prestarted jails gone; %s removed empty",
+		idle, stopped.Round(time.Millisecond), strings.TrimPrefix(serviceCgroup, cgroupRoot)), nil
 }
 
 // jailProcesses lists processes running as a jail uid: the user namespace

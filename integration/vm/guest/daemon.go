@@ -133,6 +133,11 @@ func startDaemon(ctx context.Context, cfg Config, rep *reporter) (*daemonProc, s
 func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func(stream, data string)) (*api.Result, error) {
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
+	// Every check runs in a prestarted jail, so that limits applied when
+	// a jail is claimed are what the checks prove on cgroup v2.
+	if err := d.prestarted(rctx); err != nil {
+		return nil, err
+	}
 	res, err := d.client.RunStream(rctx, req, onOutput)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w; log: %s", err, d.logTail())
@@ -140,7 +145,28 @@ func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func
 	if res.Error != nil {
 		return res, fmt.Errorf("run refused: %v; log: %s", res.Error, d.logTail())
 	}
+	if res.Phases == nil || !res.Phases.Prestarted {
+		return res, fmt.Errorf("the run did not get a prestarted jail; log: %s", d.logTail())
+	}
 	return res, nil
+}
+
+// prestarted waits until all the daemon's prestarted jails are ready.
+func (d *daemonProc) prestarted(ctx context.Context) error {
+	for {
+		info, err := d.client.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("info: %w; log: %s", err, d.logTail())
+		}
+		if info.Prestart > 0 && info.PrestartReady == info.Prestart {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d prestarted jails ready: %w; log: %s", info.PrestartReady, info.Prestart, ctx.Err(), d.logTail())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // stop sends SIGTERM and waits up to grace for the daemon to exit.
@@ -190,7 +216,7 @@ func runDir() (string, error) {
 	}
 	var dirs []string
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && !idleJail(filepath.Join(runsCgroup, e.Name())) {
 			dirs = append(dirs, e.Name())
 		}
 	}
@@ -198,6 +224,32 @@ func runDir() (string, error) {
 		return "", fmt.Errorf("%d run cgroups in %s (%v), want exactly 1", len(dirs), runsCgroup, dirs)
 	}
 	return filepath.Join(runsCgroup, dirs[0]), nil
+}
+
+// idleJail reports whether dir is the cgroup of a prestarted jail waiting
+// for a run: its only process is an idle init.
+func idleJail(dir string) bool {
+	if !strings.HasPrefix(filepath.Base(dir), "pre-") {
+		return false
+	}
+	pids, err := cgroupProcs(dir)
+	return err == nil && len(pids) == 1 && idleInit(pids[0])
+}
+
+// idleInit reports whether pid is cellblock-init (comm "init") without
+// children: a prestarted jail's init still waiting for its program.
+func idleInit(pid int) bool {
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(comm)) != "init" {
+		return false
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		if c, _ := os.ReadFile(t); strings.TrimSpace(string(c)) != "" {
+			return false
+		}
+	}
+	return len(tasks) > 0
 }
 
 // cgroupProcs lists the pids in dir and every cgroup below it.

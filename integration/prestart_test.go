@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// waitPrestarted waits until d has all its prestarted jails ready again.
+func waitPrestarted(t *testing.T, d *Daemon) {
+	t.Helper()
+	var info *api.Info
+	ok := waitFor(30*time.Second, func() bool {
+		var err error
+		info, err = d.Client.Info(context.Background())
+		return err == nil && info.PrestartReady == info.Prestart
+	})
+	if !ok {
+		t.Fatalf("prestarted jails not ready: %+v\n%s", info, d.Log())
+	}
+}
+
+// idleInits returns the pids of the waiting inits of d's prestarted jails.
+func idleInits(t *testing.T, d *Daemon) []int {
+	t.Helper()
+	name := flagValue(d.Cmd.Args, "--cgroup-name")
+	var pids []int
+	seen := map[string]bool{}
+	for _, p := range leftoverCgroups() {
+		base := filepath.Base(p)
+		if !strings.HasPrefix(base, prestartPrefix) || !strings.Contains(p, "/"+name+"/") {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		for _, pid := range strings.Fields(string(b)) {
+			if !seen[pid] && idleInit(pid) {
+				seen[pid] = true
+				n, _ := strconv.Atoi(pid)
+				pids = append(pids, n)
+			}
+		}
+	}
+	return pids
+}
+
+func TestPrestartedJails(t *testing.T) {
+	d := startDaemon(t)
+	waitPrestarted(t, d)
+	info, err := d.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Prestart != 2 {
+		t.Fatalf("prestart %d, want the default 2", info.Prestart)
+	}
+	// A jail counts as ready once libcontainer has started its init, which
+	// may still be finishing its exec.
+	if !waitFor(5*time.Second, func() bool { return len(idleInits(t, d)) == 2 }) {
+		t.Fatalf("%d idle jail inits, want 2", len(idleInits(t, d)))
+	}
+
+	// prestarted runs req in a prestarted jail and returns its result.
+	prestarted := func(req *api.RunRequest, want bool) *api.Result {
+		t.Helper()
+		waitPrestarted(t, d)
+		res := run(t, d, req)
+		if res.Phases == nil || res.Phases.Prestarted != want {
+			t.Fatalf("prestarted = %v, want %v: %+v", res.Phases != nil && res.Phases.Prestarted, want, res)
+		}
+		return res
+	}
+
+	// One run leaves files everywhere it may write; the next (another
+	// prestarted jail) sees none of them.
+	res := prestarted(&api.RunRequest{Code: `
+import os
+for d in ("/tmp", "/work", "/dev/shm"):
+    open(os.path.join(d, "left-by-first"), "w").write("x")
+print(os.getppid())
+`}, true)
+	if res.ExitCode != 0 || res.Stdout != "1\n" {
+		t.Fatalf("first run: exit %d stdout %q stderr %q (want the program as the init's child)", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	res = prestarted(&api.RunRequest{Code: `
+import os
+print(sorted(f for d in ("/tmp", "/work", "/dev/shm") for f in os.listdir(d)))
+`, Filename: "second.py"}, true)
+	if res.ExitCode != 0 || res.Stdout != "['second.py']\n" {
+		t.Errorf("second run sees %q (stderr %q); want only its own script", res.Stdout, res.Stderr)
+	}
+
+	// Limits other than the defaults are applied when a jail is claimed.
+	res = prestarted(&api.RunRequest{Code: "b = bytearray(300 << 20)\nprint('survived')", MemoryBytes: 64 << 20}, true)
+	if !res.OOMKilled || strings.Contains(res.Stdout, "survived") {
+		t.Errorf("300 MiB under 64 MiB in a prestarted jail: oom_killed %v, stdout %q", res.OOMKilled, res.Stdout)
+	}
+	res = prestarted(&api.RunRequest{Code: `
+import threading, time
+n = 0
+try:
+    for _ in range(40):
+        threading.Thread(target=time.sleep, args=(2,), daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+print(n)
+`, Pids: 8}, true)
+	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) == "40" || strings.TrimSpace(res.Stdout) == "" {
+		t.Errorf("threads under pids 8 in a prestarted jail: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	res = prestarted(&api.RunRequest{Code: "import os; print(os.environ['OMP_NUM_THREADS'], os.environ['MINE'])", CPUs: 2, Env: map[string]string{"MINE": "yes"}}, true)
+	if res.Stdout != "2 yes\n" {
+		t.Errorf("environment of a prestarted run: %q %q", res.Stdout, res.Stderr)
+	}
+	res = prestarted(&api.RunRequest{Code: "print(input()[::-1])", Stdin: "olleh\n"}, true)
+	if res.Stdout != "hello\n" {
+		t.Errorf("stdin of a prestarted run: %q %q", res.Stdout, res.Stderr)
+	}
+	start := time.Now()
+	res = prestarted(&api.RunRequest{Code: "while True: pass", TimeoutMs: 1000}, true)
+	if !res.TimedOut || time.Since(start) > 5*time.Second {
+		t.Errorf("spin under 1 s in a prestarted jail: timed_out %v after %v", res.TimedOut, time.Since(start))
+	}
+
+	// A run that needs a differently built jail gets a fresh one.
+	res = prestarted(&api.RunRequest{Code: "import os; s = os.statvfs('/tmp'); print(s.f_blocks * s.f_frsize >> 20)", TmpBytes: 8 << 20}, false)
+	if res.Stdout != "8\n" {
+		t.Errorf("/tmp of a fresh jail with tmp 8 MiB is %q MiB", res.Stdout)
+	}
+
+	// The pool is back to two idle jails, and runs left nothing.
+	waitPrestarted(t, d)
+	if !waitFor(5*time.Second, func() bool { return len(idleInits(t, d)) == 2 }) {
+		t.Errorf("%d idle jail inits after the runs, want 2", len(idleInits(t, d)))
+	}
+	assertNothingLeft(t, mountCount(t))
+}
+
+// A prestarted jail whose init dies while it waits is never handed a run;
+// the daemon builds another.
+func TestPrestartedJailDiesWhileWaiting(t *testing.T) {
+	d := startDaemon(t)
+	waitPrestarted(t, d)
+	var pids []int
+	if !waitFor(5*time.Second, func() bool { pids = idleInits(t, d); return len(pids) == 2 }) {
+		t.Fatalf("%d idle jail inits, want 2", len(pids))
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := runOK(t, d, &api.RunRequest{Code: "print('still works')"})
+	if res.Stdout != "still works\n" {
+		t.Errorf("stdout %q", res.Stdout)
+	}
+	waitPrestarted(t, d)
+	var now []int
+	waitFor(5*time.Second, func() bool { now = idleInits(t, d); return len(now) == 2 })
+	for _, p := range now {
+		for _, old := range pids {
+			if p == old {
+				t.Errorf("the killed init %d is still listed", p)
+			}
+		}
+	}
+	if len(now) != 2 {
+		t.Errorf("%d idle jail inits after the refill, want 2\n%s", len(now), d.Log())
+	}
+	assertNothingLeft(t, mountCount(t))
+}
+
+// With --prestart 0 every jail is built when its request arrives; the same
+// containment holds.
+func TestFreshJailsOnly(t *testing.T) {
+	d := startDaemon(t, "--prestart", "0")
+	info, err := d.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Prestart != 0 || info.PrestartReady != 0 {
+		t.Errorf("info: prestart %d ready %d, want 0 and 0", info.Prestart, info.PrestartReady)
+	}
+	if n := len(idleInits(t, d)); n != 0 {
+		t.Errorf("%d idle jail inits with --prestart 0", n)
+	}
+	res := run(t, d, &api.RunRequest{Code: `
+import os, sys
+status = open("/proc/self/status").read()
+fields = dict(l.split(":\t", 1) for l in status.splitlines() if ":\t" in l)
+print(fields["Seccomp"].strip(), fields["NoNewPrivs"].strip(), fields["CapEff"].strip(), input())
+sys.exit(3)
+`, Stdin: "in\n"})
+	if res.Phases == nil || res.Phases.Prestarted {
+		t.Errorf("a run with --prestart 0 reports a prestarted jail: %+v", res.Phases)
+	}
+	if res.ExitCode != 3 || res.Stdout != "2 1 0000000000000000 in\n" {
+		t.Errorf("fresh jail: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}

@@ -1,0 +1,221 @@
+package nsjail
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Pool keeps a few jails built and started ahead of requests, so that a run
+// does not wait for namespaces, mounts, pivot_root, seccomp and the init's
+// start. Each jail is built for one prototype spec, carries out exactly one
+// run and is then torn down like any other: nothing of one run is ever
+// seen by another, and the program (Python) still starts fresh in it. Runs
+// that need a differently built jail (another rootfs, dependencies, tmpfs
+// size) do not use the pool.
+type Pool struct {
+	r     *Runner
+	proto Spec
+	size  int
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	ready  []*Jail
+	closed bool
+
+	kick chan struct{} // wakes the filler
+	stop chan struct{}
+	done chan struct{}
+	seq  uint64 // guarded by mu
+	tag  string
+}
+
+// Pool timings.
+const (
+	// poolRetryMin and poolRetryMax bound the back-off after a failed
+	// build.
+	poolRetryMin = time.Second
+	poolRetryMax = time.Minute
+)
+
+// NewPool starts keeping size jails built for proto ready. proto's ID is
+// not used; jails are named "pre-<tag>-<n>".
+func (r *Runner) NewPool(proto *Spec, size int) (*Pool, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("nsjail: pool size %d must be at least 1", size)
+	}
+	p := &Pool{
+		r: r, proto: *proto, size: size, log: r.log,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		tag:  strconv.FormatInt(time.Now().UnixNano(), 36),
+	}
+	p.proto.ID = p.jailID(0)
+	if err := p.proto.Validate(); err != nil {
+		return nil, err
+	}
+	go p.fill()
+	p.wake()
+	return p, nil
+}
+
+func (p *Pool) jailID(n uint64) string {
+	return "pre-" + p.tag + "-" + strconv.FormatUint(n, 10)
+}
+
+// Take returns a ready jail that can carry out spec, or nil when there is
+// none (the pool is empty, closed, nil, or spec needs another jail). The
+// caller must Launch or Close it.
+//
+// The pool is refilled once the taken jail's run is over rather than at
+// once, so that building its successor does not compete with the run for
+// the CPU; an empty pool starts refilling at once.
+func (p *Pool) Take(spec *Spec) *Jail {
+	if p == nil || !p.proto.sameJail(spec) {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready) > 0 {
+		j := p.ready[0]
+		p.ready = p.ready[1:]
+		if j.alive() {
+			j.torndown = p.wake
+			return j
+		}
+		go p.discard(j)
+	}
+	p.wake()
+	return nil
+}
+
+// Ready reports how many jails are waiting with their init alive.
+func (p *Pool) Ready() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, j := range p.ready {
+		if j.alive() {
+			n++
+		}
+	}
+	return n
+}
+
+// Close stops refilling and tears down every waiting jail.
+func (p *Pool) Close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	var errs []error
+	for _, j := range ready {
+		errs = append(errs, j.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) discard(j *Jail) {
+	if err := j.Close(); err != nil {
+		p.log.Warn("discard prestarted jail", "jail", j.ID(), "err", err)
+	}
+	p.wake()
+}
+
+// fill builds jails one at a time until size are ready, whenever it is
+// woken: after a taken jail's run, or when a waiting jail's init dies.
+func (p *Pool) fill() {
+	defer close(p.done)
+	backoff := poolRetryMin
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+		}
+		p.prune()
+		for {
+			p.mu.Lock()
+			need := !p.closed && len(p.ready) < p.size
+			p.seq++
+			id := p.jailID(p.seq)
+			p.mu.Unlock()
+			if !need {
+				break
+			}
+			spec := p.proto
+			spec.ID = id
+			j, err := p.r.Prepare(id, &spec)
+			if err != nil {
+				p.log.Warn("prestart a jail", "err", err, "retry_in", backoff)
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, poolRetryMax)
+				continue
+			}
+			backoff = poolRetryMin
+			j.prestarted = true
+			go func() {
+				<-j.exited
+				p.wake() // prune it, or refill after its run
+			}()
+			p.mu.Lock()
+			closed := p.closed
+			if !closed {
+				p.ready = append(p.ready, j)
+			}
+			p.mu.Unlock()
+			if closed {
+				p.discard(j)
+				return
+			}
+		}
+	}
+}
+
+// prune drops ready jails whose init has died.
+func (p *Pool) prune() {
+	p.mu.Lock()
+	var dead []*Jail
+	live := p.ready[:0]
+	for _, j := range p.ready {
+		if j.alive() {
+			live = append(live, j)
+		} else {
+			dead = append(dead, j)
+		}
+	}
+	p.ready = live
+	p.mu.Unlock()
+	for _, j := range dead {
+		p.log.Warn("a prestarted jail died while it waited", "jail", j.ID())
+		p.discard(j)
+	}
+}
