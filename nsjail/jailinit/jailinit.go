@@ -89,6 +89,11 @@ func Main(args []string) int {
 	}
 	// The descriptor came through exec; the program must not inherit it.
 	syscall.CloseOnExec(LaunchFD)
+	// Forward the polite signals to the program; SIGKILL from outside
+	// (the cgroup kill) needs no forwarding. Set up while the jail waits,
+	// as it costs a millisecond or two.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	l, err := receive(ctl)
 	if errors.Is(err, io.EOF) {
 		return ExitNotLaunched
@@ -109,11 +114,6 @@ func Main(args []string) int {
 	if err != nil {
 		return failed(err)
 	}
-	// Forward the polite signals to the program; SIGKILL from outside
-	// (the cgroup kill) needs no forwarding.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-
 	pid, err := syscall.ForkExec(l.Argv[0], l.Argv, &syscall.ProcAttr{
 		Env:   l.Env,
 		Files: []uintptr{stdin.Fd(), 1, 2},
