@@ -161,6 +161,23 @@ func run() error {
 		fmt.Printf("| %s | %s | %s | %.2f× |\n", r.name, ms(m), ms(percentile(r.times, 0.9)), float64(m)/float64(bare))
 	}
 
+	// Back to back: the same command with no pause, so that the daemon
+	// builds each successor while the next run goes on.
+	prestarted := runners[len(runners)-1]
+	if err := pre.settle(); err != nil {
+		return err
+	}
+	var b2b []time.Duration
+	for i := 0; i < *n; i++ {
+		start := time.Now()
+		if out, err := prestarted.cmd().CombinedOutput(); err != nil {
+			return fmt.Errorf("back to back: %v: %s", err, out)
+		}
+		b2b = append(b2b, time.Since(start))
+	}
+	fmt.Printf("\n%d `cellblock run` back to back, no pause (the daemon refills its prestarted jails meanwhile): median %s, p90 %s, %.2f× bare\n",
+		*n, ms(median(b2b)), ms(percentile(b2b, 0.9)), float64(median(b2b))/float64(bare))
+
 	// Phases, from the daemons' own accounting, over more runs.
 	for _, d := range []*benchDaemon{fresh, pre} {
 		if err := phaseTable(d, code, *n); err != nil {
