@@ -18,6 +18,10 @@ type Limits struct {
 	Pids int64
 	// CPUs is the CPU quota in cores (1.0 = 100ms per 100ms period).
 	CPUs float64
+	// Background gives the cgroup the smallest CPU weight, so that its
+	// processes get only the CPU time that others leave: for jails built
+	// ahead of their run. Otherwise the weight is the kernel's default.
+	Background bool
 }
 
 // Stats are a run's resource statistics. All of them are counters kept by
@@ -44,6 +48,10 @@ const (
 	minCPUQuotaUs = 1000
 	// maxIDLen is the longest run id or root name.
 	maxIDLen = 64
+	// CPU weights: v1 cpu.shares and v2 cpu.weight, the default and the
+	// smallest the kernel accepts.
+	defaultShares, backgroundShares = 1024, 2
+	defaultWeight, backgroundWeight = 100, 1
 )
 
 // MinCPUs and MaxCPUs bound Limits.CPUs when it is set.
@@ -127,10 +135,15 @@ func v1Resources(l Limits, memsw bool) *specs.LinuxResources {
 		pids := l.Pids
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
+	shares := uint64(defaultShares)
+	if l.Background {
+		shares = backgroundShares
+	}
+	r.CPU = &specs.LinuxCPU{Shares: &shares}
 	if l.CPUs > 0 {
 		quota := cpuQuotaUs(l.CPUs)
 		period := uint64(cpuPeriodUs)
-		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		r.CPU.Quota, r.CPU.Period = &quota, &period
 	}
 	return r
 }
@@ -161,8 +174,15 @@ func v2Resources(l Limits, c v2Controls) *cgroup2.Resources {
 	if l.Pids > 0 {
 		r.Pids = &cgroup2.Pids{Max: l.Pids}
 	}
-	if l.CPUs > 0 {
-		r.CPU = &cgroup2.CPU{Max: cgroup2.CPUMax(cpuMax(l.CPUs))}
+	if c.cpu {
+		weight := uint64(defaultWeight)
+		if l.Background {
+			weight = backgroundWeight
+		}
+		r.CPU = &cgroup2.CPU{Weight: &weight}
+		if l.CPUs > 0 {
+			r.CPU.Max = cgroup2.CPUMax(cpuMax(l.CPUs))
+		}
 	}
 	return r
 }

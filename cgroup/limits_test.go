@@ -65,8 +65,11 @@ func TestFormatMax(t *testing.T) {
 
 func TestV1Resources(t *testing.T) {
 	r := v1Resources(Limits{}, true)
-	if r.Memory != nil || r.Pids != nil || r.CPU != nil {
+	if r.Memory != nil || r.Pids != nil || r.CPU.Quota != nil || *r.CPU.Shares != 1024 {
 		t.Errorf("no limits gave %+v", r)
+	}
+	if r = v1Resources(Limits{Background: true}, true); *r.CPU.Shares != 2 {
+		t.Errorf("background cpu.shares %d, want 2", *r.CPU.Shares)
 	}
 	r = v1Resources(Limits{MemoryBytes: 64 << 20, Pids: 8, CPUs: 1.5}, true)
 	if *r.Memory.Limit != 64<<20 || *r.Memory.Swap != 64<<20 {
@@ -89,13 +92,20 @@ func TestV2Resources(t *testing.T) {
 	if *r.Memory.Max != 64<<20 || *r.Memory.Swap != 0 || !*r.Memory.OOMGroup {
 		t.Errorf("memory %+v", r.Memory)
 	}
-	if r.Pids.Max != 8 || r.CPU.Max != "50000 100000" {
+	if r.Pids.Max != 8 || r.CPU.Max != "50000 100000" || *r.CPU.Weight != 100 {
 		t.Errorf("pids %+v cpu %+v", r.Pids, r.CPU)
 	}
-	// Without limits: still no swap and group OOM kill, nothing else.
+	// Without limits: still no swap, group OOM kill and the default CPU
+	// weight, nothing else.
 	r = v2Resources(Limits{}, all)
-	if r.Memory.Max != nil || r.Memory.Swap == nil || r.Memory.OOMGroup == nil || r.Pids != nil || r.CPU != nil {
+	if r.Memory.Max != nil || r.Memory.Swap == nil || r.Memory.OOMGroup == nil || r.Pids != nil || r.CPU.Max != "" || *r.CPU.Weight != 100 {
 		t.Errorf("no limits gave %+v %+v", r, r.Memory)
+	}
+	if r = v2Resources(Limits{Background: true}, all); *r.CPU.Weight != 1 {
+		t.Errorf("background cpu.weight %d, want 1", *r.CPU.Weight)
+	}
+	if r = v2Resources(Limits{}, v2Controls{memory: true}); r.CPU != nil {
+		t.Errorf("cpu settings without the cpu controller: %+v", r.CPU)
 	}
 	if r = v2Resources(Limits{MemoryBytes: 1 << 20}, v2Controls{memory: true}); r.Memory.Swap != nil {
 		t.Error("memory.swap.max written where it does not exist")

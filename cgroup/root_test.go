@@ -361,6 +361,21 @@ func TestUpdate(t *testing.T) {
 			}
 		}
 	}
+	// A jail built ahead of its run gets the smallest CPU weight, and the
+	// default back when it is claimed.
+	weightFile, background, normal := "cpu.shares", "2", "1024"
+	if r.Mode() == ModeV2 {
+		weightFile, background, normal = "cpu.weight", "1", "100"
+	}
+	for _, bg := range []bool{true, false} {
+		if err := c.Update(Limits{MemoryBytes: 64 << 20, Background: bg}); err != nil {
+			t.Fatalf("Update(background %v): %v", bg, err)
+		}
+		want := map[bool]string{true: background, false: normal}[bg]
+		if got := file(t, c, weightFile); got != want {
+			t.Errorf("background %v: %s = %s, want %s", bg, weightFile, got, want)
+		}
+	}
 	if err := c.Update(Limits{Pids: -1}); !errors.Is(err, ErrInvalidLimits) {
 		t.Errorf("Update with bad limits: %v, want ErrInvalidLimits", err)
 	}

@@ -66,6 +66,49 @@ func TestPrestartedJails(t *testing.T) {
 		t.Fatalf("%d idle jail inits, want 2", len(idleInits(t, d)))
 	}
 
+	// Waiting jails are built and kept at the smallest CPU weight; a
+	// claimed one runs at the default.
+	weights := func(idle bool) []string {
+		var w []string
+		name := flagValue(d.Cmd.Args, "--cgroup-name")
+		for _, p := range leftoverCgroups() {
+			if !strings.HasPrefix(filepath.Base(p), prestartPrefix) || !strings.Contains(p, "/"+name+"/") {
+				continue
+			}
+			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+			pids := strings.Fields(string(b))
+			if (len(pids) == 1 && idleInit(pids[0])) != idle {
+				continue
+			}
+			for _, f := range []string{"cpu.shares", "cpu.weight"} {
+				if v, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+					w = append(w, f+"="+strings.TrimSpace(string(v)))
+				}
+			}
+		}
+		return w
+	}
+	for _, w := range weights(true) {
+		if w != "cpu.shares=2" && w != "cpu.weight=1" {
+			t.Errorf("a waiting jail has %s, want the smallest weight", w)
+		}
+	}
+	busy := make(chan *api.Result, 1)
+	go func() { busy <- run(t, d, &api.RunRequest{Code: "import time; time.sleep(2)"}) }()
+	var claimed []string
+	waitFor(10*time.Second, func() bool { claimed = weights(false); return len(claimed) > 0 })
+	if len(claimed) == 0 {
+		t.Error("never saw the claimed jail's cgroup")
+	}
+	for _, w := range claimed {
+		if w != "cpu.shares=1024" && w != "cpu.weight=100" {
+			t.Errorf("a claimed jail has %s, want the default weight", w)
+		}
+	}
+	if res := <-busy; res.Phases == nil || !res.Phases.Prestarted {
+		t.Errorf("the sleeping run did not get a prestarted jail: %+v", res)
+	}
+
 	// prestarted runs req in a prestarted jail and returns its result.
 	prestarted := func(req *api.RunRequest, want bool) *api.Result {
 		t.Helper()

@@ -61,12 +61,19 @@ func (j *Jail) ID() string { return j.id }
 // Prepare builds a jail for spec under the name id and starts its init,
 // which then waits for Launch. Only what is fixed when a jail starts is
 // taken from spec (see Spec.sameJail), plus the cgroup limits.
-func (r *Runner) Prepare(id string, spec *Spec) (_ *Jail, err error) {
+func (r *Runner) Prepare(id string, spec *Spec) (*Jail, error) {
+	return r.prepare(id, spec, false)
+}
+
+// prepare is Prepare; background builds the jail with the smallest CPU
+// weight (cgroup.Limits.Background), which Launch lifts.
+func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
 	j := &Jail{r: r, id: id, spec: *spec, limits: spec.Limits.cgroupLimits()}
+	j.limits.Background = background
 	j.cg, err = r.cgroups.Create(id, j.limits)
 	if err != nil {
 		return nil, fmt.Errorf("jail %s: %w", id, err)

@@ -72,8 +72,9 @@ func (p *Pool) jailID(n uint64) string {
 // caller must Launch or Close it.
 //
 // The pool is refilled once the taken jail's run is over rather than at
-// once, so that building its successor does not compete with the run for
-// the CPU; an empty pool starts refilling at once.
+// once, and jails are built at the lowest CPU weight, so that building a
+// successor competes as little as it can with runs for the CPU; an empty
+// pool starts refilling at once.
 func (p *Pool) Take(spec *Spec) *Jail {
 	if p == nil || !p.proto.sameJail(spec) {
 		return nil
@@ -169,7 +170,9 @@ func (p *Pool) fill() {
 			}
 			spec := p.proto
 			spec.ID = id
-			j, err := p.r.Prepare(id, &spec)
+			// Built at the lowest CPU weight: the build takes only
+			// what runs in flight leave.
+			j, err := p.r.prepare(id, &spec, true)
 			if err != nil {
 				p.log.Warn("prestart a jail", "err", err, "retry_in", backoff)
 				select {
