@@ -162,7 +162,9 @@ func (p *Pool) fill() {
 		for {
 			p.mu.Lock()
 			need := !p.closed && len(p.ready) < p.size
-			p.seq++
+			if need {
+				p.seq++
+			}
 			id := p.jailID(p.seq)
 			p.mu.Unlock()
 			if !need {
