@@ -122,6 +122,9 @@ time.sleep(300)
 	// A crashed daemon leaves its jails to die by parent-death signal and
 	// its cgroups and state to the next start-up's sweep.
 	d2 := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery")
+	// The new daemon's own prestarted jails are being built now; once
+	// they are ready, nothing else may be there.
+	waitPrestarted(t, d2)
 	if !waitFor(10*time.Second, func() bool { return len(runProcesses()) == 0 }) {
 		t.Errorf("orphaned jail processes after restart: %v", runProcesses())
 	}
