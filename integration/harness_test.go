@@ -322,7 +322,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "run cgroups left behind: %v\n", leftovers)
 			code = 1
 		}
-		if procs := jailProcesses(); len(procs) > 0 {
+		if procs := ourJailProcesses(); len(procs) > 0 {
 			fmt.Fprintf(os.Stderr, "jail processes left behind: %v\n", procs)
 			code = 1
 		}
@@ -449,6 +449,27 @@ func idleInit(pid string) bool {
 		}
 	}
 	return len(tasks) > 0
+}
+
+// ourJailProcesses is jailProcesses limited to those in a cgroup of one
+// of our daemons, so that a cellblockd running on the same machine does
+// not fail the suite.
+func ourJailProcesses() []string {
+	var found []string
+	for _, p := range jailProcesses() {
+		pid, _, _ := strings.Cut(p, "(")
+		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+		if err != nil {
+			continue
+		}
+		for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
+			if _, ours := ourCgroupNames.Load(part); ours {
+				found = append(found, p)
+				break
+			}
+		}
+	}
+	return found
 }
 
 // runProcesses is jailProcesses without the inits of prestarted jails
