@@ -34,6 +34,7 @@ type Cgroup struct {
 	hasPeak       bool // v2: memory.peak (kernel >= 5.19)
 
 	mu       sync.Mutex
+	limits   Limits // as last written by Create or Update
 	peakSeen int64  // v2 without memory.peak: highest memory.current seen
 	deleted  bool   // Delete succeeded
 	final    *Stats // snapshot taken by Delete, nil if it failed
@@ -214,9 +215,13 @@ func (c *Cgroup) Update(l Limits) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error
+	onlyWeight := c.limits.MemoryBytes == l.MemoryBytes && c.limits.Pids == l.Pids && c.limits.CPUs == l.CPUs
 	switch {
 	case c.deleted:
 		err = errors.New("already deleted")
+	case onlyWeight && (c.cg1 != nil || c.cg2 != nil):
+		// The common claim of a prestarted jail: one write, not all.
+		err = c.writeWeight(l.Background)
 	case c.cg2 != nil:
 		err = c.cg2.Update(v2Resources(l, c.v2ctl))
 	case c.cg1 != nil:
@@ -230,7 +235,31 @@ func (c *Cgroup) Update(l Limits) error {
 	if err != nil {
 		return fmt.Errorf("update cgroup for run %s: %w", c.id, err)
 	}
+	c.limits = l
 	return nil
+}
+
+// writeWeight writes the CPU weight of Limits.Background alone.
+func (c *Cgroup) writeWeight(background bool) error {
+	if c.cg2 != nil {
+		if !c.v2ctl.cpu {
+			return nil
+		}
+		w := defaultWeight
+		if background {
+			w = backgroundWeight
+		}
+		return writeFile(c.dirs[0], "cpu.weight", strconv.Itoa(w))
+	}
+	dir := c.dirFor("cpu")
+	if dir == "" {
+		return nil
+	}
+	s := defaultShares
+	if background {
+		s = backgroundShares
+	}
+	return writeFile(dir, "cpu.shares", strconv.Itoa(s))
 }
 
 // raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory

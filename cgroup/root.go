@@ -106,6 +106,7 @@ func (r *Root) Create(id string, l Limits) (*Cgroup, error) {
 		}
 		return nil, fmt.Errorf("create cgroup for run %s: %w", id, err)
 	}
+	c.limits = l
 	r.live[id] = c
 	return c, nil
 }

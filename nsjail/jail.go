@@ -333,6 +333,12 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	out.Stderr, out.StderrTruncated = stderr.bytes()
 	out.ExitCode = exitCode(state)
 
+	// Removing the cgroup keeps a final snapshot of its statistics, which
+	// is all a run reports: one read instead of two. Should the removal
+	// fail, Stats reads the live files and teardown tries again.
+	if derr := j.cg.Delete(); derr != nil {
+		j.r.log.Warn("delete run cgroup", "run", spec.ID, "jail", j.id, "err", derr)
+	}
 	st, serr := j.cg.Stats()
 	if serr != nil {
 		j.r.log.Warn("read run statistics", "run", spec.ID, "jail", j.id, "err", serr)
