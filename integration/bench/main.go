@@ -228,8 +228,8 @@ func phaseTable(d *benchDaemon, code string, n int) error {
 	fmt.Printf("| create | %s | cgroup made and limited, libcontainer container created |\n", ms(create))
 	fmt.Printf("| start | %s | namespaces, mounts, pivot_root, seccomp, exec of the init; then the hand-over of the program |\n", ms(start))
 	fmt.Printf("| python | %s | the init plants the script, Python starts and runs |\n", ms(prog))
-	fmt.Printf("| collect | %s | output drained, cgroup statistics read |\n", ms(collect))
-	fmt.Printf("| teardown | %s | cgroup and container removed |\n", ms(teardown))
+	fmt.Printf("| collect | %s | output drained, cgroup removed keeping its final statistics |\n", ms(collect))
+	fmt.Printf("| teardown | %s | container removed |\n", ms(teardown))
 	return nil
 }
 
