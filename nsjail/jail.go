@@ -40,8 +40,8 @@ type Jail struct {
 	ctl       *os.File // our end of the init's descriptor 3
 	stdoutR   *os.File
 	stderrR   *os.File
-	waited    chan *os.ProcessState // receives the init's state once
-	exited    chan struct{}         // closed when the init has exited
+	exited    chan struct{}    // closed when the init has exited
+	state     *os.ProcessState // the init's exit status, set before exited closes
 	create    time.Duration
 	start     time.Duration
 
@@ -135,11 +135,9 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 	// The jail holds its ends now; keep ours.
 	closers = []*os.File{ctlInit, stdoutW, stderrW}
 	j.ctl, j.stdoutR, j.stderrR = ctl, stdoutR, stderrR
-	j.waited = make(chan *os.ProcessState, 1)
 	j.exited = make(chan struct{})
 	go func() {
-		st, _ := j.proc.Wait()
-		j.waited <- st
+		j.state, _ = j.proc.Wait()
 		close(j.exited)
 	}()
 	return j, nil
@@ -173,12 +171,20 @@ func (j *Jail) claim() bool {
 	return free
 }
 
-func (j *Jail) discard() error {
-	j.ctl.Close() // the init exits on its own (ExitNotLaunched)
-	if err := j.cg.Kill(); err != nil {
+// kill kills every process of the jail (the init too, should the cgroup
+// kill fail) and waits until the init has exited.
+func (j *Jail) kill() error {
+	err := j.cg.Kill()
+	if err != nil {
 		_ = j.proc.Signal(unix.SIGKILL)
 	}
-	<-j.waited
+	<-j.exited
+	return err
+}
+
+func (j *Jail) discard() error {
+	j.ctl.Close() // the init exits on its own (ExitNotLaunched)
+	_ = j.kill()
 	j.stdoutR.Close()
 	j.stderrR.Close()
 	return j.teardown()
@@ -236,10 +242,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	defer j.stderrR.Close()
 	notLaunched := func(err error) (*Outcome, error) {
 		j.ctl.Close()
-		if kerr := j.cg.Kill(); kerr != nil {
-			_ = j.proc.Signal(unix.SIGKILL)
-		}
-		<-j.waited
+		_ = j.kill()
 		return nil, fmt.Errorf("%w: run %s in jail %s: %w", ErrNotLaunched, spec.ID, j.id, err)
 	}
 	if err := spec.Validate(); err != nil {
@@ -298,22 +301,19 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 
 	timer := time.NewTimer(spec.Limits.Timeout - time.Since(start))
 	defer timer.Stop()
-	var state *os.ProcessState
 	select {
-	case state = <-j.waited:
+	case <-j.exited:
 	case <-timer.C:
 		out.TimedOut = true
 	case <-ctx.Done():
 		out.Canceled = true
 	}
-	if state == nil {
+	if out.TimedOut || out.Canceled {
 		// Kill the whole cgroup: every process of the run, however
 		// detached, not just the init.
-		if kerr := j.cg.Kill(); kerr != nil {
+		if kerr := j.kill(); kerr != nil {
 			j.r.log.Error("kill run", "run", spec.ID, "jail", j.id, "err", kerr)
-			_ = j.proc.Signal(unix.SIGKILL)
 		}
-		state = <-j.waited
 	}
 	out.Duration = time.Since(start)
 
@@ -331,7 +331,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	}
 	out.Stdout, out.StdoutTruncated = stdout.bytes()
 	out.Stderr, out.StderrTruncated = stderr.bytes()
-	out.ExitCode = exitCode(state)
+	out.ExitCode = exitCode(j.state) // the init has exited either way
 
 	// Removing the cgroup keeps a final snapshot of its statistics, which
 	// is all a run reports: one read instead of two. Should the removal
