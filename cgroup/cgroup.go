@@ -221,7 +221,7 @@ func (c *Cgroup) Update(l Limits) error {
 		err = errors.New("already deleted")
 	case onlyWeight && (c.cg1 != nil || c.cg2 != nil):
 		// The common claim of a prestarted jail: one write, not all.
-		err = c.writeWeight(l.Background)
+		err = c.writeWeight(l)
 	case c.cg2 != nil:
 		err = c.cg2.Update(v2Resources(l, c.v2ctl))
 	case c.cg1 != nil:
@@ -239,27 +239,19 @@ func (c *Cgroup) Update(l Limits) error {
 	return nil
 }
 
-// writeWeight writes the CPU weight of Limits.Background alone.
-func (c *Cgroup) writeWeight(background bool) error {
+// writeWeight writes the CPU weight of l (Limits.Background) alone.
+func (c *Cgroup) writeWeight(l Limits) error {
 	if c.cg2 != nil {
 		if !c.v2ctl.cpu {
 			return nil
 		}
-		w := defaultWeight
-		if background {
-			w = backgroundWeight
-		}
-		return writeFile(c.dirs[0], "cpu.weight", strconv.Itoa(w))
+		return writeFile(c.dirs[0], "cpu.weight", strconv.FormatUint(l.weight(), 10))
 	}
 	dir := c.dirFor("cpu")
 	if dir == "" {
 		return nil
 	}
-	s := defaultShares
-	if background {
-		s = backgroundShares
-	}
-	return writeFile(dir, "cpu.shares", strconv.Itoa(s))
+	return writeFile(dir, "cpu.shares", strconv.FormatUint(l.shares(), 10))
 }
 
 // raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory

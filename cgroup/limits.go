@@ -93,6 +93,23 @@ func (l Limits) Validate() error {
 	return nil
 }
 
+// shares is the v1 cpu.shares of l: the smallest for Background, else the
+// default.
+func (l Limits) shares() uint64 {
+	if l.Background {
+		return backgroundShares
+	}
+	return defaultShares
+}
+
+// weight is the v2 cpu.weight of l, as shares is for v1.
+func (l Limits) weight() uint64 {
+	if l.Background {
+		return backgroundWeight
+	}
+	return defaultWeight
+}
+
 // cpuQuotaUs converts a quota in cores to microseconds per cpuPeriodUs.
 func cpuQuotaUs(cpus float64) int64 {
 	q := int64(math.Round(cpus * cpuPeriodUs))
@@ -135,10 +152,7 @@ func v1Resources(l Limits, memsw bool) *specs.LinuxResources {
 		pids := l.Pids
 		r.Pids = &specs.LinuxPids{Limit: &pids}
 	}
-	shares := uint64(defaultShares)
-	if l.Background {
-		shares = backgroundShares
-	}
+	shares := l.shares()
 	r.CPU = &specs.LinuxCPU{Shares: &shares}
 	if l.CPUs > 0 {
 		quota := cpuQuotaUs(l.CPUs)
@@ -175,10 +189,7 @@ func v2Resources(l Limits, c v2Controls) *cgroup2.Resources {
 		r.Pids = &cgroup2.Pids{Max: l.Pids}
 	}
 	if c.cpu {
-		weight := uint64(defaultWeight)
-		if l.Background {
-			weight = backgroundWeight
-		}
+		weight := l.weight()
 		r.CPU = &cgroup2.CPU{Weight: &weight}
 		if l.CPUs > 0 {
 			r.CPU.Max = cgroup2.CPUMax(cpuMax(l.CPUs))
