@@ -89,22 +89,11 @@ func toolRequest(name string, args map[string]any, progressToken mcp.ProgressTok
 	return req
 }
 
-// textOf joins a result's text contents.
-func textOf(res *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range res.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
-}
-
 // structured decodes a result's structured content into v.
 func structured(t *testing.T, res *mcp.CallToolResult, v any) {
 	t.Helper()
 	if res.StructuredContent == nil {
-		t.Fatalf("no structured content in %q", textOf(res))
+		t.Fatalf("no structured content in %q", resultText(res))
 	}
 	data, err := json.Marshal(res.StructuredContent)
 	if err != nil {

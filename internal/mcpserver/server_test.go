@@ -114,9 +114,9 @@ func TestRunGoodCode(t *testing.T) {
 				"env":             map[string]string{"GREETING": "hi"},
 			})
 			if res.IsError {
-				t.Fatalf("isError for a clean run: %s", textOf(res))
+				t.Fatalf("isError for a clean run: %s", resultText(res))
 			}
-			text := textOf(res)
+			text := resultText(res)
 			mustContain(t, text, "exited normally", "--- stdout ---\nhello", "--- stderr ---\nnote", "Python 3.11.9", "42 ms wall")
 			if got := resultOf(t, res); !reflect.DeepEqual(got, want) {
 				t.Errorf("structured content = %+v, want %+v", got, want)
@@ -184,9 +184,9 @@ func TestRunFailures(t *testing.T) {
 			}
 			res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "1/0", "env": map[string]any{"PYTHONUNBUFFERED": ""}})
 			if !res.IsError {
-				t.Errorf("isError is false: %s", textOf(res))
+				t.Errorf("isError is false: %s", resultText(res))
 			}
-			mustContain(t, textOf(res), tt.wants...)
+			mustContain(t, resultText(res), tt.wants...)
 			if env := fd.lastRequest(t).Env; env["PYTHONUNBUFFERED"] != "" {
 				t.Errorf("env PYTHONUNBUFFERED was not left as the caller set it: %v", env)
 			}
@@ -231,7 +231,7 @@ func TestRunRefused(t *testing.T) {
 			if !res.IsError {
 				t.Error("isError is false for a refused run")
 			}
-			mustContain(t, textOf(res), tt.wants...)
+			mustContain(t, resultText(res), tt.wants...)
 			got := resultOf(t, res)
 			if got.Error == nil || *got.Error != tt.err {
 				t.Errorf("structured error = %+v, want %+v", got.Error, tt.err)
@@ -267,9 +267,9 @@ func TestRunBadArguments(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			res := callTool(t, context.Background(), c, ToolRunPython, tt.args)
 			if !res.IsError {
-				t.Errorf("isError is false for %v: %s", tt.args, textOf(res))
+				t.Errorf("isError is false for %v: %s", tt.args, resultText(res))
 			}
-			mustContain(t, textOf(res), tt.want)
+			mustContain(t, resultText(res), tt.want)
 		})
 	}
 	fd.mu.Lock()
@@ -317,9 +317,9 @@ func TestConcurrentCalls(t *testing.T) {
 					case err != nil:
 						errs <- fmt.Errorf("call %d: %v", i, err)
 					case res.IsError:
-						errs <- fmt.Errorf("call %d: isError: %s", i, textOf(res))
-					case !strings.Contains(textOf(res), "out of "+code):
-						errs <- fmt.Errorf("call %d got someone else's output: %s", i, textOf(res))
+						errs <- fmt.Errorf("call %d: isError: %s", i, resultText(res))
+					case !strings.Contains(resultText(res), "out of "+code):
+						errs <- fmt.Errorf("call %d got someone else's output: %s", i, resultText(res))
 					}
 				}()
 			}
@@ -380,7 +380,7 @@ func TestNotificationsDuringRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			if res.IsError {
-				t.Fatalf("isError: %s", textOf(res))
+				t.Fatalf("isError: %s", resultText(res))
 			}
 
 			var msgs []string
@@ -457,8 +457,8 @@ func TestCancel(t *testing.T) {
 		if !isCanceled(a.err) {
 			t.Errorf("CallTool after cancel = %v, want a cancellation error", a.err)
 		}
-	case !a.res.IsError || !strings.Contains(textOf(a.res), "cancelled"):
-		t.Errorf("CallTool after cancel = %+v (%s), want a cancellation", a.res, textOf(a.res))
+	case !a.res.IsError || !strings.Contains(resultText(a.res), "cancelled"):
+		t.Errorf("CallTool after cancel = %+v (%s), want a cancellation", a.res, resultText(a.res))
 	}
 }
 
@@ -471,9 +471,9 @@ func TestCheckEnvironment(t *testing.T) {
 
 	res := callTool(t, context.Background(), c, ToolCheckEnvironment, nil)
 	if res.IsError {
-		t.Fatalf("isError: %s", textOf(res))
+		t.Fatalf("isError: %s", resultText(res))
 	}
-	mustContain(t, textOf(res), "9.9.9-test", fd.socket, "3.12.7 (default), 3.11.9",
+	mustContain(t, resultText(res), "9.9.9-test", fd.socket, "3.12.7 (default), 3.11.9",
 		"7 s / 123 s", "200 MiB / 3 GiB", "48 / 512", "No network", "cgroup mode v2", "user namespace yes",
 		"seccomp filter yes", "up to 6 runs at once, 17 more may queue; now 2 running, 1 queued",
 		"installed with pip", "local wheel directories only", "wheels only", "2 environment(s), 5 MiB of a 1 GiB budget")
@@ -516,7 +516,7 @@ func TestDaemonUpLater(t *testing.T) {
 	if !res.IsError {
 		t.Error("check_environment is not isError with the daemon down")
 	}
-	mustContain(t, textOf(res), "not reachable", "when cellblock-mcp started either")
+	mustContain(t, resultText(res), "not reachable", "when cellblock-mcp started either")
 
 	// Now the daemon comes up on that socket.
 	fd := startFakeDaemon(t)
@@ -525,9 +525,9 @@ func TestDaemonUpLater(t *testing.T) {
 	}
 	res = callTool(t, context.Background(), c, ToolCheckEnvironment, nil)
 	if res.IsError {
-		t.Fatalf("isError: %s", textOf(res))
+		t.Fatalf("isError: %s", resultText(res))
 	}
-	mustContain(t, textOf(res), "9.9.9-test", "was not reachable when cellblock-mcp started", "rebuilt")
+	mustContain(t, resultText(res), "9.9.9-test", "was not reachable when cellblock-mcp started", "rebuilt")
 	waitFor(t, "tools/list_changed", 5*time.Second, func() bool {
 		return ns.count(string(mcp.MethodNotificationToolsListChanged)) > 0
 	})
@@ -576,7 +576,7 @@ func TestUnreachableDaemon(t *testing.T) {
 			if !res.IsError {
 				t.Error("run_python is not isError with the daemon down")
 			}
-			mustContain(t, textOf(res), "is not reachable", tt.socket, tt.cause,
+			mustContain(t, resultText(res), "is not reachable", tt.socket, tt.cause,
 				"Is cellblockd running?", "systemctl status cellblockd", "$CELLBLOCK_SOCKET", "group", "Nothing was run")
 
 			res = callTool(t, ctx, c, ToolValidatePython, map[string]any{
@@ -585,7 +585,7 @@ func TestUnreachableDaemon(t *testing.T) {
 			if !res.IsError {
 				t.Error("validate_python is not isError with the daemon down")
 			}
-			mustContain(t, textOf(res), "Syntax: not checked", "is not reachable", "dependencies rich")
+			mustContain(t, resultText(res), "Syntax: not checked", "is not reachable", "dependencies rich")
 			var v validation
 			structured(t, res, &v)
 			if v.Syntax.Checked || v.Valid || !v.Metadata.Present {
@@ -619,9 +619,9 @@ func TestValidatePython(t *testing.T) {
 		code := "# /// script\n# requires-python = \">=3.11\"\n# dependencies = [\"rich\", \"attrs<24\"]\n# [tool.uv]\n# index-url = \"http://x\"\n# ///\nprint(1)\n"
 		res := callTool(t, ctx, c, ToolValidatePython, map[string]any{"code": code})
 		if res.IsError {
-			t.Fatalf("isError: %s", textOf(res))
+			t.Fatalf("isError: %s", resultText(res))
 		}
-		mustContain(t, textOf(res), "Syntax: OK (compiled by Python 3.12.7", "dependencies rich, attrs<24", "requires-python >=3.11", "Verdict: valid")
+		mustContain(t, resultText(res), "Syntax: OK (compiled by Python 3.12.7", "dependencies rich, attrs<24", "requires-python >=3.11", "Verdict: valid")
 		var v validation
 		structured(t, res, &v)
 		want := validation{
@@ -652,9 +652,9 @@ func TestValidatePython(t *testing.T) {
 		}, Warnings: []syntaxAlert{{Category: "SyntaxWarning", Message: "invalid escape sequence '\\d'", Line: 1}}})
 		res := callTool(t, ctx, c, ToolValidatePython, map[string]any{"code": "s = '\\d'\nprint 'x'\n", "python": "3.12"})
 		if res.IsError {
-			t.Fatalf("isError for invalid code (the check itself worked): %s", textOf(res))
+			t.Fatalf("isError for invalid code (the check itself worked): %s", resultText(res))
 		}
-		mustContain(t, textOf(res), "SyntaxError at line 2, column 1: Missing parentheses", "    print 'x'\n    ^",
+		mustContain(t, resultText(res), "SyntaxError at line 2, column 1: Missing parentheses", "    print 'x'\n    ^",
 			"Warning at line 1: SyntaxWarning", "none (no '# /// script' block)", "not valid")
 		var v validation
 		structured(t, res, &v)
@@ -670,7 +670,7 @@ func TestValidatePython(t *testing.T) {
 	t.Run("bad metadata", func(t *testing.T) {
 		fd.run = report(checkReport{OK: true, Python: "3.12.7"})
 		res := callTool(t, ctx, c, ToolValidatePython, map[string]any{"code": "# /// script\n# dependencies = \"rich\"\n# ///\n"})
-		mustContain(t, textOf(res), "block is invalid: line 2:", "must be an array of strings", "not valid")
+		mustContain(t, resultText(res), "block is invalid: line 2:", "must be an array of strings", "not valid")
 		var v validation
 		structured(t, res, &v)
 		if v.Valid || v.Metadata.Error == "" || !v.Syntax.OK {
@@ -693,7 +693,7 @@ func TestValidatePython(t *testing.T) {
 			if !res.IsError {
 				t.Errorf("%s: isError is false", args)
 			}
-			mustContain(t, textOf(res), "Nothing was checked", want)
+			mustContain(t, resultText(res), "Nothing was checked", want)
 		}
 	})
 
@@ -705,7 +705,7 @@ func TestValidatePython(t *testing.T) {
 		if !res.IsError {
 			t.Error("isError is false when the check could not run")
 		}
-		mustContain(t, textOf(res), "not checked", "unknown_python", "3.11.9")
+		mustContain(t, resultText(res), "not checked", "unknown_python", "3.11.9")
 	})
 
 	t.Run("checker crashed", func(t *testing.T) {
@@ -716,7 +716,7 @@ func TestValidatePython(t *testing.T) {
 		if !res.IsError {
 			t.Error("isError is false when the checker failed")
 		}
-		mustContain(t, textOf(res), "did not finish", "MemoryError")
+		mustContain(t, resultText(res), "did not finish", "MemoryError")
 	})
 }
 
@@ -730,7 +730,7 @@ func TestLongOutputElided(t *testing.T) {
 	fd.run = func(context.Context, *api.RunRequest, func(string, string)) *api.Result { r := want; return &r }
 	c := connect(t, newServer(t, fd))
 	res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "..."})
-	text := textOf(res)
+	text := resultText(res)
 	if len(text) > 40<<10 {
 		t.Errorf("text is %d bytes", len(text))
 	}

@@ -171,10 +171,10 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 			switch {
 			case err != nil:
 				errs <- fmt.Errorf("call %d: %v", i, err)
-			case i%2 == 0 && (res.IsError || !strings.Contains(textOf(res), "result of "+code)):
-				errs <- fmt.Errorf("call %d: isError %v: %s", i, res.IsError, textOf(res))
-			case i%2 == 1 && (!res.IsError || !strings.Contains(textOf(res), "RuntimeError: "+code)):
-				errs <- fmt.Errorf("call %d: isError %v: %s", i, res.IsError, textOf(res))
+			case i%2 == 0 && (res.IsError || !strings.Contains(resultText(res), "result of "+code)):
+				errs <- fmt.Errorf("call %d: isError %v: %s", i, res.IsError, resultText(res))
+			case i%2 == 1 && (!res.IsError || !strings.Contains(resultText(res), "RuntimeError: "+code)):
+				errs <- fmt.Errorf("call %d: isError %v: %s", i, res.IsError, resultText(res))
 			}
 		}()
 	}
@@ -216,7 +216,7 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 		return &api.Result{Stdout: "still here\n"}
 	}
 	res := callTool(t, ctx, c, ToolRunPython, map[string]any{"code": "print('still here')"})
-	mustContain(t, textOf(res), "still here")
+	mustContain(t, resultText(res), "still here")
 }
 
 // TestTailOutputDelivered checks that output written just before a run

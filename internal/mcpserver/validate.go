@@ -293,7 +293,7 @@ func caretPad(line string, n int) string {
 	return b.String()
 }
 
-// resultText is the text of a text-only tool result.
+// resultText joins the text contents of a tool result.
 func resultText(r *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range r.Content {
