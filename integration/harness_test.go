@@ -457,19 +457,28 @@ func idleInit(pid string) bool {
 func ourJailProcesses() []string {
 	var found []string
 	for _, p := range jailProcesses() {
-		pid, _, _ := strings.Cut(p, "(")
-		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
-		if err != nil {
-			continue
-		}
-		for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
-			if _, ours := ourCgroupNames.Load(part); ours {
-				found = append(found, p)
-				break
-			}
+		if inCgroup(p, func(name string) bool { _, ours := ourCgroupNames.Load(name); return ours }) {
+			found = append(found, p)
 		}
 	}
 	return found
+}
+
+// inCgroup reports whether the process p (an entry of jailProcesses) sits
+// in a cgroup with a path component that match accepts. A process that is
+// gone is in none.
+func inCgroup(p string, match func(name string) bool) bool {
+	pid, _, _ := strings.Cut(p, "(")
+	b, err := os.ReadFile("/proc/" + pid + "/cgroup")
+	if err != nil {
+		return false
+	}
+	for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
+		if match(part) {
+			return true
+		}
+	}
+	return false
 }
 
 // runProcesses is jailProcesses without the inits of prestarted jails
@@ -490,16 +499,22 @@ func runProcesses() []string {
 func runCgroups() []string {
 	var found []string
 	for _, p := range leftoverCgroups() {
-		if strings.HasPrefix(filepath.Base(p), prestartPrefix) {
-			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			pids := strings.Fields(string(b))
-			if err == nil && len(pids) == 1 && idleInit(pids[0]) {
-				continue
-			}
+		if !idleJailCgroup(p) {
+			found = append(found, p)
 		}
-		found = append(found, p)
 	}
 	return found
+}
+
+// idleJailCgroup reports whether dir is a prestarted jail's cgroup holding
+// nothing but its idle init.
+func idleJailCgroup(dir string) bool {
+	if !strings.HasPrefix(filepath.Base(dir), prestartPrefix) {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	pids := strings.Fields(string(b))
+	return err == nil && len(pids) == 1 && idleInit(pids[0])
 }
 
 // mountCount is the number of mounts in the test's mount namespace.

@@ -151,8 +151,7 @@ time.sleep(300)
 	// included.
 	assertNothingLeft(t, mountsBefore)
 	for _, p := range jailProcesses() {
-		pid, _, _ := strings.Cut(p, "(")
-		if cg, _ := os.ReadFile("/proc/" + pid + "/cgroup"); strings.Contains(string(cg), "/cellblock-recovery/") {
+		if inCgroup(p, func(name string) bool { return name == "cellblock-recovery" }) {
 			t.Errorf("jail process after the daemon stopped: %s", p)
 		}
 	}

@@ -27,17 +27,25 @@ func waitPrestarted(t *testing.T, d *Daemon) {
 	}
 }
 
+// prestartedCgroups lists the cgroup directories (in every hierarchy) of
+// d's prestarted jails, waiting or claimed.
+func prestartedCgroups(d *Daemon) []string {
+	name := flagValue(d.Cmd.Args, "--cgroup-name")
+	var dirs []string
+	for _, p := range leftoverCgroups() {
+		if strings.HasPrefix(filepath.Base(p), prestartPrefix) && strings.Contains(p, "/"+name+"/") {
+			dirs = append(dirs, p)
+		}
+	}
+	return dirs
+}
+
 // idleInits returns the pids of the waiting inits of d's prestarted jails.
 func idleInits(t *testing.T, d *Daemon) []int {
 	t.Helper()
-	name := flagValue(d.Cmd.Args, "--cgroup-name")
 	var pids []int
 	seen := map[string]bool{}
-	for _, p := range leftoverCgroups() {
-		base := filepath.Base(p)
-		if !strings.HasPrefix(base, prestartPrefix) || !strings.Contains(p, "/"+name+"/") {
-			continue
-		}
+	for _, p := range prestartedCgroups(d) {
 		b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
 		for _, pid := range strings.Fields(string(b)) {
 			if !seen[pid] && idleInit(pid) {
@@ -70,14 +78,8 @@ func TestPrestartedJails(t *testing.T) {
 	// claimed one runs at the default.
 	weights := func(idle bool) []string {
 		var w []string
-		name := flagValue(d.Cmd.Args, "--cgroup-name")
-		for _, p := range leftoverCgroups() {
-			if !strings.HasPrefix(filepath.Base(p), prestartPrefix) || !strings.Contains(p, "/"+name+"/") {
-				continue
-			}
-			b, _ := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			pids := strings.Fields(string(b))
-			if (len(pids) == 1 && idleInit(pids[0])) != idle {
+		for _, p := range prestartedCgroups(d) {
+			if idleJailCgroup(p) != idle {
 				continue
 			}
 			for _, f := range []string{"cpu.shares", "cpu.weight"} {

@@ -130,16 +130,8 @@ func soakLeftovers(ids map[string]bool) (cgroups, procs []string) {
 		}
 	}
 	for _, p := range runProcesses() {
-		pid, _, _ := strings.Cut(p, "(")
-		b, err := os.ReadFile("/proc/" + pid + "/cgroup")
-		if err != nil {
-			continue // gone
-		}
-		for _, part := range strings.FieldsFunc(string(b), func(r rune) bool { return r == '/' || r == '\n' || r == ':' }) {
-			if ours(part) {
-				procs = append(procs, p)
-				break
-			}
+		if inCgroup(p, ours) {
+			procs = append(procs, p)
 		}
 	}
 	return cgroups, procs
