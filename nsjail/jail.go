@@ -45,10 +45,8 @@ type Jail struct {
 	create    time.Duration
 	start     time.Duration
 
-	// prestarted marks a jail built ahead of its run (see Pool);
-	// torndown, if set, is called once the jail is gone after its run.
+	// prestarted marks a jail built ahead of its run (see Pool).
 	prestarted bool
-	torndown   func()
 
 	mu   sync.Mutex
 	used bool // Launch or Close was called
@@ -233,9 +231,6 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 			err = errors.Join(err, derr)
 		}
 		out.Phases.Teardown = time.Since(td)
-		if j.torndown != nil {
-			j.torndown()
-		}
 	}()
 	// The drains own the read ends from here.
 	defer j.stdoutR.Close()

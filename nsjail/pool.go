@@ -71,8 +71,8 @@ func (p *Pool) jailID(n uint64) string {
 // none (the pool is empty, closed, nil, or spec needs another jail). The
 // caller must Launch or Close it.
 //
-// The pool is refilled once the taken jail's run is over rather than at
-// once, and jails are built at the lowest CPU weight, so that building a
+// The pool is refilled once the taken jail's init has exited (its run is
+// over) rather than at once, and jails are built at the lowest CPU weight, so that building a
 // successor competes as little as it can with runs for the CPU; an empty
 // pool starts refilling at once.
 func (p *Pool) Take(spec *Spec) *Jail {
@@ -85,7 +85,6 @@ func (p *Pool) Take(spec *Spec) *Jail {
 		j := p.ready[0]
 		p.ready = p.ready[1:]
 		if j.alive() {
-			j.torndown = p.wake
 			return j
 		}
 		go p.discard(j)
@@ -144,7 +143,6 @@ func (p *Pool) discard(j *Jail) {
 	if err := j.Close(); err != nil {
 		p.log.Warn("discard prestarted jail", "jail", j.ID(), "err", err)
 	}
-	p.wake()
 }
 
 // fill builds jails one at a time until size are ready, whenever it is
@@ -187,9 +185,11 @@ func (p *Pool) fill() {
 			}
 			backoff = poolRetryMin
 			j.prestarted = true
+			// The one wake-up for this jail: when its init exits, whether
+			// its run is over or it died waiting, prune it and refill.
 			go func() {
 				<-j.exited
-				p.wake() // prune it, or refill after its run
+				p.wake()
 			}()
 			p.mu.Lock()
 			closed := p.closed
