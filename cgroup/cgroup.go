@@ -205,7 +205,9 @@ func (c *Cgroup) removeDirs() error {
 }
 
 // Update replaces the run's limits, e.g. when a jail built ahead of time
-// is claimed by a request with limits of its own. Lowering the memory limit
+// is claimed by a request with limits of its own. It writes only what
+// changed: nothing for the same limits, one file when only Background
+// does. Lowering the memory limit
 // below what the run uses already fails (v1) or reclaims and OOM-kills
 // (v2), so it is meant for a run whose program has not started.
 func (c *Cgroup) Update(l Limits) error {
@@ -215,22 +217,25 @@ func (c *Cgroup) Update(l Limits) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error
-	onlyWeight := c.limits.MemoryBytes == l.MemoryBytes && c.limits.Pids == l.Pids && c.limits.CPUs == l.CPUs
+	sameButWeight := c.limits
+	sameButWeight.Background = l.Background
 	switch {
 	case c.deleted:
 		err = errors.New("already deleted")
-	case onlyWeight && (c.cg1 != nil || c.cg2 != nil):
+	case c.cg1 == nil && c.cg2 == nil:
+		err = fmt.Errorf("%w: a swept cgroup has no limits to update", ErrUnsupported)
+	case l == c.limits:
+		return nil // nothing to write
+	case sameButWeight == l:
 		// The common claim of a prestarted jail: one write, not all.
 		err = c.writeWeight(l)
 	case c.cg2 != nil:
 		err = c.cg2.Update(v2Resources(l, c.v2ctl))
-	case c.cg1 != nil:
+	default:
 		err = c.raiseMemswFirst(l.MemoryBytes)
 		if err == nil {
 			err = c.cg1.Update(v1Resources(l, c.root.memsw))
 		}
-	default:
-		err = fmt.Errorf("%w: a swept cgroup has no limits to update", ErrUnsupported)
 	}
 	if err != nil {
 		return fmt.Errorf("update cgroup for run %s: %w", c.id, err)

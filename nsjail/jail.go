@@ -33,7 +33,6 @@ type Jail struct {
 	r         *Runner
 	id        string
 	spec      Spec // what the jail was built for (see Spec.sameJail)
-	limits    cgroup.Limits
 	cg        *cgroup.Cgroup
 	container *libcontainer.Container
 	proc      *libcontainer.Process
@@ -70,9 +69,10 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 		return nil, err
 	}
 	t0 := time.Now()
-	j := &Jail{r: r, id: id, spec: *spec, limits: spec.Limits.cgroupLimits()}
-	j.limits.Background = background
-	j.cg, err = r.cgroups.Create(id, j.limits)
+	j := &Jail{r: r, id: id, spec: *spec}
+	limits := spec.Limits.cgroupLimits()
+	limits.Background = background
+	j.cg, err = r.cgroups.Create(id, limits)
 	if err != nil {
 		return nil, fmt.Errorf("jail %s: %w", id, err)
 	}
@@ -246,10 +246,8 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	if !j.spec.sameJail(spec) {
 		return notLaunched(errors.New("the run needs a differently built jail"))
 	}
-	if l := spec.Limits.cgroupLimits(); l != j.limits {
-		if err := j.cg.Update(l); err != nil {
-			return notLaunched(err)
-		}
+	if err := j.cg.Update(spec.Limits.cgroupLimits()); err != nil {
+		return notLaunched(err)
 	}
 	msg, err := json.Marshal(spec.launch())
 	if err != nil {
