@@ -267,7 +267,7 @@ func makeReadOnly(dir string) error {
 
 // removeTree removes a tree even when it was made read-only and we are not
 // root (root ignores directory modes).
-func removeTree(path string) error {
+func RemoveTree(path string) error {
 	if err := os.RemoveAll(path); err == nil || !errors.Is(err, fs.ErrPermission) {
 		return err
 	}

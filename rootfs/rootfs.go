@@ -134,7 +134,7 @@ func Open(dir string) (*Store, error) {
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, buildPrefix) || strings.HasPrefix(name, retiredPrefix) || strings.HasPrefix(name, linkTmpPrefix) {
-			if err := removeTree(filepath.Join(abs, name)); err != nil {
+			if err := RemoveTree(filepath.Join(abs, name)); err != nil {
 				return nil, fmt.Errorf("open rootfs store %s: remove leftover: %w", dir, err)
 			}
 		}
@@ -285,7 +285,7 @@ func (s *Store) importProbed(h *hostPython) (Python, error) {
 		return Python{}, err
 	}
 	if err := s.install(tmp, id); err != nil {
-		removeTree(tmp)
+		RemoveTree(tmp)
 		return Python{}, err
 	}
 	def := s.defaultID()
@@ -324,7 +324,7 @@ func (s *Store) build(h *hostPython, id string, stamp sourceStamp) (*metadata, s
 	}
 	m, err := s.buildIn(tmp, h, id, stamp, start)
 	if err != nil {
-		removeTree(tmp)
+		RemoveTree(tmp)
 		return nil, "", fmt.Errorf("build rootfs %s from %s: %w", id, h.Executable, err)
 	}
 	return m, tmp, nil

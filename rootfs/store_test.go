@@ -424,7 +424,7 @@ func TestCopyTree(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dst, "pkg")); fi.Mode().Perm() != dirMode {
 		t.Errorf("directory mode %v after makeReadOnly", fi.Mode())
 	}
-	if err := removeTree(dst); err != nil {
+	if err := RemoveTree(dst); err != nil {
 		t.Errorf("removeTree of a read-only tree: %v", err)
 	}
 }

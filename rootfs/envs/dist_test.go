@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cellblock/cellblock/rootfs"
 )
 
 // writeDist writes a minimal installed distribution into site.
@@ -120,7 +122,7 @@ func TestSealAndSize(t *testing.T) {
 	if err != nil || size <= 0 {
 		t.Errorf("treeSize = %d, %v", size, err)
 	}
-	if err := removeTree(dir); err != nil {
+	if err := rootfs.RemoveTree(dir); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {

@@ -90,18 +90,3 @@ func treeSize(root string) (int64, error) {
 	})
 	return total, err
 }
-
-// removeTree deletes a tree, making its directories writable first when
-// that is needed (it is not for root).
-func removeTree(root string) error {
-	if err := os.RemoveAll(root); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o755)
-		}
-		return nil
-	})
-	return os.RemoveAll(root)
-}

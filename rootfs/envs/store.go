@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cellblock/cellblock/rootfs"
 )
 
 // Errors of the store.
@@ -191,7 +193,7 @@ func (s *Store) load() error {
 	for _, d := range dirents {
 		name, p := d.Name(), filepath.Join(s.dir, d.Name())
 		if strings.HasPrefix(name, buildPrefix) || strings.HasPrefix(name, trashPrefix) {
-			if err := removeTree(p); err != nil {
+			if err := rootfs.RemoveTree(p); err != nil {
 				return fmt.Errorf("environment store: remove leftover %s: %w", name, err)
 			}
 			continue
@@ -202,7 +204,7 @@ func (s *Store) load() error {
 		e, err := loadEntry(p)
 		if err != nil || e.meta.ID != name {
 			s.log.Warn("deleting unreadable environment", "env", name, "err", err)
-			if err := removeTree(p); err != nil {
+			if err := rootfs.RemoveTree(p); err != nil {
 				return fmt.Errorf("environment store: remove %s: %w", name, err)
 			}
 			continue
@@ -380,7 +382,7 @@ func (s *Store) buildEntry(id string, spec Spec, build BuildFunc) (_ *entry, err
 	}
 	defer func() {
 		if err != nil {
-			if rerr := removeTree(tmp); rerr != nil {
+			if rerr := rootfs.RemoveTree(tmp); rerr != nil {
 				s.log.Error("remove failed environment build", "env", id, "err", rerr)
 			}
 		}
@@ -466,7 +468,7 @@ func (s *Store) retireLocked(e *entry) (string, error) {
 
 func (s *Store) discard(paths []string) {
 	for _, p := range paths {
-		if err := removeTree(p); err != nil {
+		if err := rootfs.RemoveTree(p); err != nil {
 			s.log.Error("delete environment", "path", p, "err", err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellblock/cellblock/rootfs"
 )
 
 // fakeBuild installs one distribution per requirement name, counting calls.
@@ -60,7 +62,7 @@ func specFor(reqs ...string) Spec {
 // though its environments are read-only (the test may not run as root).
 func storeDir(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "envs")
-	t.Cleanup(func() { _ = removeTree(dir) })
+	t.Cleanup(func() { _ = rootfs.RemoveTree(dir) })
 	return dir
 }
 
