@@ -199,7 +199,7 @@ func (b *builder) run() error {
 		{"install CA bundle", b.installCABundle},
 		{"copy time zone data", b.copyZoneinfo},
 		{"compile bytecode", b.compileBytecode},
-		{"make read-only", func() error { return makeReadOnly(b.root) }},
+		{"make read-only", func() error { return Seal(b.root) }},
 		{"smoke test", b.smokeTest},
 	}
 	for _, s := range steps {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -234,35 +235,56 @@ func writeFile(dst string, content string, mode os.FileMode) error {
 	return f.Close()
 }
 
-// makeReadOnly gives every directory below and including dir dirMode,
-// makes sure no file is writable and, when we are root, that everything is
-// owned by root:root (a setgid store directory would otherwise pass its
-// group on). Symlink modes mean nothing and are left alone.
-func makeReadOnly(dir string) error {
-	root := os.Geteuid() == 0
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+// Seal makes a tree read-only and, when we are root, root-owned (a setgid
+// store directory would otherwise pass its group on): directories 0555,
+// regular files 0444, or 0555 when any execute bit was set, with setuid,
+// setgid and sticky bits cleared; symbolic links owned but untouched
+// (chmod would follow them); anything else (fifos, sockets, devices)
+// removed. It walks without following symbolic links, so it is safe on a
+// tree a jail wrote, such as a dependency environment.
+func Seal(root string) error {
+	asRoot := os.Geteuid() == 0
+	// Directories are made read-only last, deepest first, so that what is
+	// removed below them can be removed without root.
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if root {
-			if err := os.Lchown(path, 0, 0); err != nil {
-				return err
+		if asRoot {
+			if err := os.Lchown(p, 0, 0); err != nil {
+				return fmt.Errorf("seal %s: %w", p, err)
 			}
 		}
-		switch {
+		switch t := d.Type(); {
+		case t&fs.ModeSymlink != 0:
+			return nil
 		case d.IsDir():
-			return os.Chmod(path, dirMode)
-		case d.Type().IsRegular():
+			dirs = append(dirs, p)
+			return nil
+		case t.IsRegular():
 			fi, err := d.Info()
 			if err != nil {
 				return err
 			}
-			if m := fi.Mode().Perm(); m != fileMode && m != execMode {
-				return os.Chmod(path, modeFor(m))
+			want := modeFor(fi.Mode())
+			if fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != want {
+				return os.Chmod(p, want)
 			}
+			return nil
+		default:
+			return os.Remove(p)
 		}
-		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, d := range slices.Backward(dirs) {
+		if err := os.Chmod(d, dirMode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // removeTree removes a tree even when it was made read-only and we are not

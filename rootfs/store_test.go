@@ -149,7 +149,7 @@ func TestStoreWithoutBuilding(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, buildPrefix+"x-1", treeDirName, "usr"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := makeReadOnly(filepath.Join(dir, buildPrefix+"x-1")); err != nil {
+	if err := Seal(filepath.Join(dir, buildPrefix+"x-1")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(dir); err != nil {
@@ -418,7 +418,7 @@ func TestCopyTree(t *testing.T) {
 			t.Errorf("%s was copied", gone)
 		}
 	}
-	if err := makeReadOnly(dst); err != nil {
+	if err := Seal(dst); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(filepath.Join(dst, "pkg")); fi.Mode().Perm() != dirMode {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cellblock/cellblock/rootfs"
@@ -98,7 +99,19 @@ func TestSealAndSize(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "site-packages", "link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := seal(dir); err != nil {
+	// Already 0555 apart from the setuid bit, which must go all the same.
+	suid := filepath.Join(dir, "site-packages", "suid")
+	if err := os.WriteFile(suid, nil, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(suid, 0o555|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "site-packages", "fifo")
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := rootfs.Seal(dir); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]os.FileMode{
@@ -106,14 +119,18 @@ func TestSealAndSize(t *testing.T) {
 		"site-packages/pkg":             0o555,
 		"site-packages/pkg/__init__.py": 0o444,
 		"site-packages/tool":            0o555,
+		"site-packages/suid":            0o555,
 	} {
 		fi, err := os.Lstat(filepath.Join(dir, p))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, want %v", p, fi.Mode().Perm(), want)
+		if got := fi.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky); got != want {
+			t.Errorf("%s: mode %v, want %v", p, got, want)
 		}
+	}
+	if _, err := os.Lstat(fifo); !os.IsNotExist(err) {
+		t.Errorf("a fifo survived sealing: %v", err)
 	}
 	if fi, err := os.Stat(outside); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("seal followed a symbolic link: %v %v", fi.Mode(), err)

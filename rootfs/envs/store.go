@@ -415,10 +415,10 @@ func (s *Store) buildEntry(id string, spec Spec, build BuildFunc) (_ *entry, err
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(tmp, metaFileName), append(data, '\n'), fileMode); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, metaFileName), append(data, '\n'), 0o444); err != nil {
 		return nil, fmt.Errorf("build environment %s: %w", id, err)
 	}
-	if err := seal(tmp); err != nil {
+	if err := rootfs.Seal(tmp); err != nil {
 		return nil, fmt.Errorf("build environment %s: make read-only: %w", id, err)
 	}
 	dst := filepath.Join(s.dir, id)
