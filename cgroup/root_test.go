@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -136,7 +137,16 @@ func startGated(t *testing.T, argv ...string) *child {
 	defer gr.Close()
 	cmd := exec.Command("sh", append([]string{"-c", `read _ <&3 && exec "$@" 3<&-`, "sh"}, argv...)...)
 	cmd.ExtraFiles = []*os.File{gr}
-	cmd.Stderr = os.Stderr
+	// A file, not a pipe: a grandchild that keeps it open cannot hold up
+	// Wait. Not the test's stderr either: a line a child prints there
+	// (sh's "Cannot fork" in TestPidsLimit) can land in the middle of a
+	// "--- PASS" line and hide it from whatever reads the -v output.
+	errFile, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd.Stderr = errFile
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +160,9 @@ func startGated(t *testing.T, argv ...string) *child {
 		ch.gate.Close()
 		_ = cmd.Process.Kill() // our own child; no-op if it is gone
 		_ = ch.wait()
+		if b, _ := os.ReadFile(errFile.Name()); len(bytes.TrimSpace(b)) > 0 {
+			t.Logf("stderr of %q: %s", argv, bytes.TrimSpace(b))
+		}
 	})
 	return ch
 }

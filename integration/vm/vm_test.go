@@ -184,19 +184,28 @@ func TestCgroupV2InVM(t *testing.T) {
 	t.Logf("VM ran for %v (boot to power-off); whole test so far %v", vmTime.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 
 	res, perr := readResults(filepath.Join(out, guest.ResultsFile), consolePath)
+	var failed []string
 	for _, name := range guest.Checks {
 		t.Run(name, func(t *testing.T) {
 			r, ok := res.Checks[name]
 			switch {
 			case !ok:
 				t.Errorf("the guest never reported this check (see %s)", consolePath)
+				failed = append(failed, name+": never reported")
 			case !r.Pass:
 				t.Error(r.Detail)
+				failed = append(failed, name+": "+r.Detail)
 			default:
 				t.Log(r.Detail)
 			}
 		})
 	}
+	// Repeated where a reader of only the output's end (CI) sees it.
+	defer func() {
+		if len(failed) > 0 {
+			t.Logf("failed checks:\n  %s", strings.Join(failed, "\n  "))
+		}
+	}()
 	if qerr != nil {
 		t.Errorf("qemu: %v", qerr)
 	}
@@ -209,6 +218,9 @@ func TestCgroupV2InVM(t *testing.T) {
 	if t.Failed() {
 		logTail(t, consolePath, 80)
 		logTail(t, filepath.Join(out, "daemon.log"), 40)
+		if r, ok := res.Checks[guest.CheckCgroupTests]; !ok || !r.Pass {
+			logTail(t, filepath.Join(out, guest.CgroupTestLog), 60)
+		}
 	}
 }
 

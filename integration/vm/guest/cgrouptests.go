@@ -19,8 +19,8 @@ import (
 // alone, as their v2 branch requires.
 const testCgroup = cgroupRoot + "/cgroup-tests"
 
-// cgroupTestLog is the name of the tests' output in Config.OutDir.
-const cgroupTestLog = "cgroup-test.log"
+// CgroupTestLog is the name of the tests' output in Config.OutDir.
+const CgroupTestLog = "cgroup-test.log"
 
 // mustPassOnV2 are root tests whose v2 branch must have run and passed; a
 // skip of any of them fails the check.
@@ -43,7 +43,7 @@ func runCgroupTests(ctx context.Context, cfg Config) (string, error) {
 		return "", err
 	}
 	defer cg.Close()
-	logf, err := os.Create(filepath.Join(cfg.OutDir, cgroupTestLog))
+	logf, err := os.Create(filepath.Join(cfg.OutDir, CgroupTestLog))
 	if err != nil {
 		return "", err
 	}
@@ -53,8 +53,11 @@ func runCgroupTests(ctx context.Context, cfg Config) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(tctx, cfg.CgroupTest, "-test.v", "-test.count=1", "-test.timeout=5m")
 	cmd.Dir = "/tmp"
+	// Only stdout is parsed: `-test.v` writes its result lines there,
+	// and nothing written to stderr (a panic, a child's message) can
+	// break one of them up.
 	cmd.Stdout = io.MultiWriter(logf, &out)
-	cmd.Stderr = cmd.Stdout
+	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
 	t0 := time.Now()
 	runErr := cmd.Run()
@@ -70,7 +73,7 @@ func runCgroupTests(ctx context.Context, cfg Config) (string, error) {
 	}
 	for _, name := range mustPassOnV2 {
 		if !slices.Contains(passed, name) {
-			why := "did not pass"
+			why := "did not pass (no \"--- PASS: " + name + "\" line)"
 			if reason, ok := skipped[name]; ok {
 				why = "skipped: " + reason
 			}
@@ -81,7 +84,7 @@ func runCgroupTests(ctx context.Context, cfg Config) (string, error) {
 		problems = append(problems, "left behind: "+err.Error())
 	}
 	if len(problems) > 0 {
-		return "", fmt.Errorf("%s (see %s)", strings.Join(problems, "; "), cgroupTestLog)
+		return "", fmt.Errorf("%s (see %s)", strings.Join(problems, "; "), CgroupTestLog)
 	}
 	return fmt.Sprintf("%d passed, %d skipped (v1/hybrid only: %s) in %.1fs, alone in %s; nothing left behind",
 		len(passed), len(skipped), strings.Join(sortedKeys(skipped), ", "), took.Seconds(),
