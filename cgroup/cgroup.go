@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
@@ -38,6 +39,10 @@ type Cgroup struct {
 	peakSeen int64  // v2 without memory.peak: highest memory.current seen
 	deleted  bool   // Delete succeeded
 	final    *Stats // snapshot taken by Delete, nil if it failed
+	// Set by StartAccounting: the CPU time used before it, and on v2
+	// (kernel >= 6.12) a memory.peak descriptor whose peak was reset.
+	cpuBefore time.Duration
+	peakFile  *os.File
 }
 
 type keyDir struct {
@@ -95,10 +100,41 @@ func (c *Cgroup) stats() (Stats, error) {
 	if !exists(c.dirs[0]) {
 		return Stats{}, &os.PathError{Op: "stat", Path: c.dirs[0], Err: os.ErrNotExist}
 	}
+	var st Stats
+	var err error
 	if c.root.mode == ModeV2 {
-		return c.statsV2()
+		st, err = c.statsV2()
+	} else {
+		st, err = c.statsV1()
 	}
-	return c.statsV1()
+	st.CPUTime = max(st.CPUTime-c.cpuBefore, 0)
+	return st, err
+}
+
+// StartAccounting makes the statistics count from now on. A jail's own
+// set-up (libcontainer's init, the jail's pid 1) runs in the run's cgroup
+// before the program does, and for a jail built ahead of its request that
+// can be several times the CPU time of a short program. After this call
+// Stats leaves out the CPU time used so far and reports the memory peak
+// from the current usage on: v1 resets memory.max_usage_in_bytes, v2
+// resets memory.peak for a descriptor kept open (kernel >= 6.12). Older v2
+// kernels cannot reset the peak, which then still includes the set-up's.
+func (c *Cgroup) StartAccounting() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deleted || (c.cg1 == nil && c.cg2 == nil) {
+		return fmt.Errorf("start accounting of cgroup for run %s: %w", c.id, ErrUnsupported)
+	}
+	var err error
+	if c.root.mode == ModeV2 {
+		err = c.startAccountingV2()
+	} else {
+		err = c.startAccountingV1()
+	}
+	if err != nil {
+		return fmt.Errorf("start accounting of cgroup for run %s: %w", c.id, err)
+	}
+	return nil
 }
 
 // Procs returns the pids of all processes in the run's cgroups (in any
@@ -185,6 +221,10 @@ func (c *Cgroup) Delete() error {
 		if st, err := c.stats(); err == nil {
 			c.final = &st
 		}
+	}
+	if c.peakFile != nil {
+		c.peakFile.Close()
+		c.peakFile = nil
 	}
 	if err := c.removeDirs(); err != nil {
 		return fmt.Errorf("delete cgroup for run %s: %w", c.id, err)

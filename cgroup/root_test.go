@@ -522,6 +522,59 @@ func TestCPUTime(t *testing.T) {
 	}
 }
 
+func TestStartAccounting(t *testing.T) {
+	r := openTestRoot(t)
+	c := create(t, r, "acct", Limits{MemoryBytes: 256 << 20})
+	// What a jail's set-up stands for: CPU time and memory used before
+	// the program starts.
+	burn := func(d time.Duration, mib int) {
+		t.Helper()
+		script := fmt.Sprintf("import time\nb = bytearray(%d << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"+
+			"t = time.process_time()\nwhile time.process_time() - t < %v: pass", mib, d.Seconds())
+		if err := runIn(t, c, python(t), "-c", script).wait(); err != nil {
+			t.Fatalf("python: %v", err)
+		}
+	}
+	burn(400*time.Millisecond, 96)
+	before, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.StartAccounting(); err != nil {
+		t.Fatal(err)
+	}
+	burn(100*time.Millisecond, 8)
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before: %+v; after StartAccounting: %+v", before, st)
+	if st.CPUTime < 100*time.Millisecond || st.CPUTime >= before.CPUTime {
+		t.Errorf("CPUTime = %v, want the second process's alone (>= 100ms, < the first's %v)", st.CPUTime, before.CPUTime)
+	}
+	resettable := r.Mode() != ModeV2 || c.peakFile != nil
+	switch {
+	case before.MemoryPeakBytes < 96<<20:
+		t.Errorf("first peak %d, want >= 96 MiB", before.MemoryPeakBytes)
+	case resettable && (st.MemoryPeakBytes < 8<<20 || st.MemoryPeakBytes >= 64<<20):
+		t.Errorf("MemoryPeakBytes = %d after the reset, want the second process's (8 MiB and Python)", st.MemoryPeakBytes)
+	case !resettable && st.MemoryPeakBytes < before.MemoryPeakBytes:
+		t.Errorf("MemoryPeakBytes = %d, want the unresettable peak (>= %d)", st.MemoryPeakBytes, before.MemoryPeakBytes)
+	case !resettable:
+		t.Log("memory.peak is read-only on this kernel (before 6.12): the peak still counts from the cgroup's creation")
+	}
+	// The final snapshot taken by Delete counts from the same point.
+	if err := c.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if final, err := c.Stats(); err != nil || final.CPUTime != st.CPUTime || final.MemoryPeakBytes != st.MemoryPeakBytes {
+		t.Errorf("Stats after Delete = %+v, %v; want %+v", final, err, st)
+	}
+	if err := c.StartAccounting(); err == nil {
+		t.Error("StartAccounting after Delete succeeded")
+	}
+}
+
 func TestPidsLimit(t *testing.T) {
 	r := openTestRoot(t)
 	const limit = 8

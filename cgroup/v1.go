@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
@@ -235,4 +236,24 @@ func (c *Cgroup) statsV1() (Stats, error) {
 		st.PidsLimitHit = n > 0
 	}
 	return st, nil
+}
+
+// startAccountingV1 notes the CPU time used so far (cpuacct.usage, ns) and
+// restarts the memory high-water mark from the current usage.
+func (c *Cgroup) startAccountingV1() error {
+	if dir := c.dirFor("cpuacct"); dir != "" {
+		v, err := readString(dir, "cpuacct.usage")
+		if err != nil {
+			return err
+		}
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("parse cpuacct.usage %q: %w", v, err)
+		}
+		c.cpuBefore = time.Duration(ns)
+	}
+	if dir := c.dirFor("memory"); dir != "" {
+		return writeFile(dir, "memory.max_usage_in_bytes", "0")
+	}
+	return nil
 }

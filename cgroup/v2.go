@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,7 +147,12 @@ func (c *Cgroup) statsV2() (Stats, error) {
 	}
 	var st Stats
 	if ms.Memory != nil {
-		if c.hasPeak {
+		if c.peakFile != nil {
+			// Reset by StartAccounting: this descriptor's own peak.
+			if st.MemoryPeakBytes, err = readPeak(c.peakFile); err != nil {
+				return Stats{}, err
+			}
+		} else if c.hasPeak {
 			st.MemoryPeakBytes = int64(ms.Memory.MaxUsage) // memory.peak, kernel >= 5.19
 		} else {
 			// Without memory.peak the best there is: the highest
@@ -167,4 +173,51 @@ func (c *Cgroup) statsV2() (Stats, error) {
 	}
 	st.PidsLimitHit = n > 0
 	return st, nil
+}
+
+// startAccountingV2 notes the CPU time used so far (cpu.stat usage_usec)
+// and, where the kernel allows it (6.12 and later: memory.peak is
+// writable), resets memory.peak for a descriptor that Stats reads from.
+func (c *Cgroup) startAccountingV2() error {
+	dir := c.dirs[0]
+	usec, _, err := readKeyed(dir, "cpu.stat", "usage_usec")
+	if err != nil {
+		return err
+	}
+	c.cpuBefore = time.Duration(usec) * time.Microsecond
+	if !c.hasPeak || c.peakFile != nil {
+		return nil
+	}
+	p := filepath.Join(dir, "memory.peak")
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o200 == 0 {
+		return nil // read-only before 6.12: the peak counts from the cgroup's creation
+	}
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString("reset\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("reset %s: %w", p, err)
+	}
+	c.peakFile = f
+	return nil
+}
+
+// readPeak reads memory.peak through f from its start.
+func readPeak(f *os.File) (int64, error) {
+	buf := make([]byte, 32)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(buf[:n])), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s %q: %w", f.Name(), buf[:n], err)
+	}
+	return v, nil
 }

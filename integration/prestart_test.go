@@ -140,6 +140,7 @@ print(sorted(f for d in ("/tmp", "/work", "/dev/shm") for f in os.listdir(d)))
 	if res.ExitCode != 0 || res.Stdout != "['second.py']\n" {
 		t.Errorf("second run sees %q (stderr %q); want only its own script", res.Stdout, res.Stderr)
 	}
+	programOnlyCPU(t, res)
 
 	// Limits other than the defaults are applied when a jail is claimed.
 	res = prestarted(&api.RunRequest{Code: "b = bytearray(300 << 20)\nprint('survived')", MemoryBytes: 64 << 20}, true)
@@ -248,5 +249,18 @@ sys.exit(3)
 	}
 	if res.ExitCode != 3 || res.Stdout != "2 1 0000000000000000 in\n" {
 		t.Errorf("fresh jail: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	programOnlyCPU(t, res)
+}
+
+// programOnlyCPU checks that a single-threaded program's cpu_ms is its own:
+// one thread cannot use more CPU than its wall time, while the jail's
+// set-up, which runs in the same cgroup before it, took 100 ms and more
+// of CPU here when it was counted too. The slack covers the init's fork
+// and exec of Python, which run before the program's clock starts.
+func programOnlyCPU(t *testing.T, res *api.Result) {
+	t.Helper()
+	if res.CPUMs > res.DurationMs+25 {
+		t.Errorf("cpu_ms %d for a single-threaded program that ran %d ms: the jail's set-up is counted as the run's", res.CPUMs, res.DurationMs)
 	}
 }

@@ -249,6 +249,11 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	if err := j.cg.Update(spec.Limits.cgroupLimits()); err != nil {
 		return notLaunched(err)
 	}
+	// The run's CPU time and memory peak are the program's, not the
+	// jail's set-up, which ran in the same cgroup.
+	if err := j.cg.StartAccounting(); err != nil {
+		return notLaunched(err)
+	}
 	msg, err := json.Marshal(spec.launch())
 	if err != nil {
 		return notLaunched(err)
