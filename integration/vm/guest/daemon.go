@@ -135,7 +135,7 @@ func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func
 	defer cancel()
 	// Every check runs in a prestarted jail, so that limits applied when
 	// a jail is claimed are what the checks prove on cgroup v2.
-	if err := d.prestarted(rctx); err != nil {
+	if _, err := d.prestarted(rctx); err != nil {
 		return nil, err
 	}
 	res, err := d.client.RunStream(rctx, req, onOutput)
@@ -151,19 +151,20 @@ func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func
 	return res, nil
 }
 
-// prestarted waits until all the daemon's prestarted jails are ready.
-func (d *daemonProc) prestarted(ctx context.Context) error {
+// prestarted waits until all the daemon's prestarted jails are ready and
+// returns their number.
+func (d *daemonProc) prestarted(ctx context.Context) (int, error) {
 	for {
 		info, err := d.client.Info(ctx)
 		if err != nil {
-			return fmt.Errorf("info: %w; log: %s", err, d.logTail())
+			return 0, fmt.Errorf("info: %w; log: %s", err, d.logTail())
 		}
 		if info.Prestart > 0 && info.PrestartReady == info.Prestart {
-			return nil
+			return info.Prestart, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d of %d prestarted jails ready: %w; log: %s", info.PrestartReady, info.Prestart, ctx.Err(), d.logTail())
+			return 0, fmt.Errorf("%d of %d prestarted jails ready: %w; log: %s", info.PrestartReady, info.Prestart, ctx.Err(), d.logTail())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -224,6 +225,18 @@ func runDir() (string, error) {
 		return "", fmt.Errorf("%d run cgroups in %s (%v), want exactly 1", len(dirs), runsCgroup, dirs)
 	}
 	return filepath.Join(runsCgroup, dirs[0]), nil
+}
+
+// idleJails counts the prestarted jails waiting for a run.
+func idleJails() int {
+	entries, _ := os.ReadDir(runsCgroup)
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() && idleJail(filepath.Join(runsCgroup, e.Name())) {
+			n++
+		}
+	}
+	return n
 }
 
 // idleJail reports whether dir is the cgroup of a prestarted jail waiting
