@@ -553,6 +553,9 @@ func TestStartAccounting(t *testing.T) {
 		t.Errorf("CPUTime = %v, want the second process's alone (>= 100ms, < the first's %v)", st.CPUTime, before.CPUTime)
 	}
 	resettable := r.Mode() != ModeV2 || c.peakFile != nil
+	if r.Mode() == ModeV2 && !resettable && kernelAtLeast(t, 6, 12) {
+		t.Error("kernel 6.12 or later, yet memory.peak was not reset")
+	}
 	switch {
 	case before.MemoryPeakBytes < 96<<20:
 		t.Errorf("first peak %d, want >= 96 MiB", before.MemoryPeakBytes)
@@ -573,6 +576,20 @@ func TestStartAccounting(t *testing.T) {
 	if err := c.StartAccounting(); err == nil {
 		t.Error("StartAccounting after Delete succeeded")
 	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or later.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var maj, min int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &maj, &min); err != nil {
+		t.Fatalf("kernel release %q: %v", u.Release, err)
+	}
+	return maj > major || (maj == major && min >= minor)
 }
 
 func TestPidsLimit(t *testing.T) {

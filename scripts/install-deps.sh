@@ -8,8 +8,9 @@ set -euo pipefail
 # against: bubblewrap and runc.
 pkgs=(gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates)
 [ "${1:-}" = bench ] && pkgs+=(bubblewrap runc)
-# `install-deps.sh vm`: qemu and xz for the cgroup v2 VM test (make vmtest).
-[ "${1:-}" = vm ] && pkgs+=(qemu-system-x86 xz-utils)
+# `install-deps.sh vm`: qemu, xz and zstd (the kernels' compressions) for the cgroup
+# v2 VM test (make vmtest).
+[ "${1:-}" = vm ] && pkgs+=(qemu-system-x86 xz-utils zstd)
 need=()
 for pkg in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

@@ -3,6 +3,7 @@ package vm
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -21,9 +23,23 @@ var guestModules = []string{
 	"virtio_mmio", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "overlay",
 }
 
-// kernelMetaPackage is Debian's generic amd64 kernel: the cloud flavour has
-// no 9p.
-const kernelMetaPackage = "linux-image-amd64"
+// foldedModules were modules of their own in older kernels and are part of
+// another in newer ones (fscache is in netfs.ko in 6.12).
+var foldedModules = map[string]string{"fscache": "netfs"}
+
+// vmKernels are the kernels the test boots, as apt meta-packages of
+// Debian's generic amd64 kernel (the cloud flavour has no 9p). The
+// distribution's default one must be had. 6.12 is the first whose
+// memory.peak can be reset (per descriptor), which cgroup.StartAccounting
+// uses where it can; it is booted too where apt offers it (Debian 12 does,
+// from its security updates), so that both ways are proven.
+var vmKernels = []struct {
+	meta     string
+	required bool
+}{
+	{"linux-image-amd64", true},
+	{"linux-image-6.12-amd64", false},
+}
 
 // kernel is a Debian kernel unpacked for a PVH boot.
 type kernel struct {
@@ -36,28 +52,25 @@ type kernel struct {
 // as opposed to failures of the code under test.
 var errSetup = errors.New("VM setup")
 
-// ensureKernel returns the cached kernel, downloading and unpacking the
-// current one first if needed. cacheDir/<package>/ holds vmlinux and
-// modules/; it appears whole (renamed into place) or not at all.
-func ensureKernel(cacheDir string, logf func(string, ...any)) (*kernel, error) {
+// ensureKernel returns the cached kernel that meta (a meta-package, or a
+// kernel package itself) points at, downloading and unpacking it first if
+// needed. cacheDir/<package>/ holds vmlinux and modules/; it appears whole
+// (renamed into place) or not at all.
+func ensureKernel(cacheDir, meta string, logf func(string, ...any)) (*kernel, error) {
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: kernel cache: %w", errSetup, err)
 	}
-	pkg := os.Getenv("CELLBLOCK_VM_KERNEL")
-	var resolveErr error
-	if pkg == "" {
-		pkg, resolveErr = currentKernelPackage()
-		if resolveErr != nil {
-			// apt's lists may never have been fetched on this machine.
-			if aptUpdate() == nil {
-				pkg, resolveErr = currentKernelPackage()
-			}
+	pkg, resolveErr := kernelPackage(meta)
+	if resolveErr != nil {
+		// apt's lists may never have been fetched on this machine.
+		if aptUpdate() == nil {
+			pkg, resolveErr = kernelPackage(meta)
 		}
 	}
 	if resolveErr != nil {
-		// Offline, or apt's lists are gone: any kernel cached earlier will do.
-		if k, ok := anyCachedKernel(cacheDir); ok {
-			logf("cannot resolve %s (%v); using the cached %s", kernelMetaPackage, resolveErr, k.pkg)
+		// Offline, or apt's lists are gone: a kernel cached earlier will do.
+		if k, ok := anyCachedKernel(cacheDir, meta); ok {
+			logf("cannot resolve %s (%v); using the cached %s", meta, resolveErr, k.pkg)
 			return k, nil
 		}
 		return nil, fmt.Errorf("%w: %w", errSetup, resolveErr)
@@ -70,7 +83,6 @@ func ensureKernel(cacheDir string, logf func(string, ...any)) (*kernel, error) {
 	if err := fetchKernel(cacheDir, pkg); err != nil {
 		return nil, err
 	}
-	pruneKernels(cacheDir, pkg)
 	return k, nil
 }
 
@@ -79,11 +91,18 @@ func cachedKernel(cacheDir, pkg string) *kernel {
 	return &kernel{pkg: pkg, vmlinux: filepath.Join(dir, "vmlinux"), modules: filepath.Join(dir, "modules")}
 }
 
-func anyCachedKernel(cacheDir string) (*kernel, bool) {
+// anyCachedKernel finds a cached kernel for meta: one whose version the
+// meta-package names (linux-image-6.12-amd64: a 6.12 kernel), or any for
+// the unversioned linux-image-amd64.
+func anyCachedKernel(cacheDir, meta string) (*kernel, bool) {
+	series := strings.TrimSuffix(strings.TrimPrefix(meta, "linux-image-"), "-amd64")
 	entries, _ := os.ReadDir(cacheDir)
 	for i := len(entries) - 1; i >= 0; i-- {
 		k := cachedKernel(cacheDir, entries[i].Name())
-		if _, err := os.Stat(k.vmlinux); err == nil && strings.HasPrefix(k.pkg, "linux-image-") {
+		if _, err := os.Stat(k.vmlinux); err != nil || !strings.HasPrefix(k.pkg, "linux-image-") {
+			continue
+		}
+		if series == "amd64" || strings.HasPrefix(k.pkg, "linux-image-"+series+".") || k.pkg == meta {
 			return k, true
 		}
 	}
@@ -91,24 +110,31 @@ func anyCachedKernel(cacheDir string) (*kernel, bool) {
 }
 
 // pruneKernels removes cached kernels other than keep.
-func pruneKernels(cacheDir, keep string) {
+func pruneKernels(cacheDir string, keep []string) {
 	entries, _ := os.ReadDir(cacheDir)
 	for _, e := range entries {
-		if e.Name() != keep && strings.HasPrefix(e.Name(), "linux-image-") {
+		if !slices.Contains(keep, e.Name()) && strings.HasPrefix(e.Name(), "linux-image-") {
 			_ = os.RemoveAll(filepath.Join(cacheDir, e.Name()))
 		}
 	}
 }
 
-var kernelDepRE = regexp.MustCompile(`Depends: (linux-image-[0-9][^\s]*-amd64)\b`)
+var (
+	kernelDepRE = regexp.MustCompile(`Depends: (linux-image-[0-9][^\s]*-amd64)\b`)
+	kernelPkgRE = regexp.MustCompile(`^linux-image-[0-9]+\.[0-9]+\.[0-9]+[-+][^\s]*-amd64$`)
+)
 
-// currentKernelPackage asks apt which kernel the meta-package points at.
-func currentKernelPackage() (string, error) {
-	out, err := exec.Command("apt-cache", "depends", kernelMetaPackage).CombinedOutput()
+// kernelPackage asks apt which kernel package meta points at; a kernel
+// package (its name has a version with an ABI number) is its own answer.
+func kernelPackage(meta string) (string, error) {
+	if kernelPkgRE.MatchString(meta) {
+		return meta, nil
+	}
+	out, err := exec.Command("apt-cache", "depends", meta).CombinedOutput()
 	if m := kernelDepRE.FindSubmatch(out); err == nil && m != nil {
 		return string(m[1]), nil
 	}
-	return "", fmt.Errorf("apt-cache depends %s: %v: %s", kernelMetaPackage, err, bytes.TrimSpace(out))
+	return "", fmt.Errorf("apt-cache depends %s: %v: %s", meta, err, bytes.TrimSpace(out))
 }
 
 func aptUpdate() error {
@@ -172,57 +198,83 @@ func fetchKernel(cacheDir, pkg string) error {
 	return os.Rename(out, dst)
 }
 
-// xzMagic starts an xz stream; a bzImage built with CONFIG_KERNEL_XZ
-// carries vmlinux as one, after the real-mode and decompressor code.
-var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+// payloads are the compressions a Debian bzImage carries vmlinux in, after
+// the real-mode and decompressor code: xz up to 6.1, zstd from 6.12. Each
+// command stops at the end of its stream or frame; what follows (the
+// kernel's appended size) is ignored, and only an ELF result counts.
+var payloads = []struct {
+	magic []byte
+	cmd   []string
+	pkg   string
+}{
+	{[]byte{0xfd, '7', 'z', 'X', 'Z', 0x00}, []string{"xz", "--decompress", "--stdout", "--single-stream"}, "xz-utils"},
+	{[]byte{0x28, 0xb5, 0x2f, 0xfd}, []string{"zstd", "--decompress", "--stdout", "--quiet"}, "zstd"},
+}
 
-// extractVmlinux finds the xz payload in a bzImage and decompresses it
-// (with xz, which stops at the end of the stream) to dst, an ELF file.
+// extractVmlinux finds the compressed vmlinux in a bzImage and
+// decompresses it to dst, an ELF file.
 func extractVmlinux(bzImage, dst string) error {
 	data, err := os.ReadFile(bzImage)
 	if err != nil {
 		return err
 	}
 	var tried []string
-	for off := 0; ; {
-		i := bytes.Index(data[off:], xzMagic)
-		if i < 0 {
-			break
+	for _, p := range payloads {
+		for off := 0; ; off++ {
+			i := bytes.Index(data[off:], p.magic)
+			if i < 0 {
+				break
+			}
+			off += i
+			f, err := os.Create(dst)
+			if err != nil {
+				return err
+			}
+			cmd := exec.Command(p.cmd[0], p.cmd[1:]...)
+			cmd.Stdin = bytes.NewReader(data[off:])
+			cmd.Stdout = f
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			f.Close()
+			if errors.Is(err, exec.ErrNotFound) {
+				return fmt.Errorf("%w: %s is missing (install %s): %w", errSetup, p.cmd[0], p.pkg, err)
+			}
+			// zstd complains about the bytes after the frame, but has
+			// written the whole frame by then.
+			if isELF(dst) {
+				return nil
+			}
+			tried = append(tried, fmt.Sprintf("%s at offset %d: %v %s", p.cmd[0], off, err, bytes.TrimSpace(stderr.Bytes())))
 		}
-		off += i
-		f, err := os.Create(dst)
-		if err != nil {
-			return err
-		}
-		cmd := exec.Command("xz", "--decompress", "--stdout", "--single-stream")
-		cmd.Stdin = bytes.NewReader(data[off:])
-		cmd.Stdout = f
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err = cmd.Run()
-		f.Close()
-		if err == nil && isELF(dst) {
-			return nil
-		}
-		if errors.Is(err, exec.ErrNotFound) {
-			return fmt.Errorf("%w: xz is missing (install xz-utils): %w", errSetup, err)
-		}
-		tried = append(tried, fmt.Sprintf("offset %d: %v %s", off, err, bytes.TrimSpace(stderr.Bytes())))
-		off++
 	}
 	os.Remove(dst)
-	return fmt.Errorf("%w: no xz-compressed ELF in %s (tried %v)", errSetup, bzImage, tried)
+	return fmt.Errorf("%w: no xz- or zstd-compressed ELF in %s (tried %v)", errSetup, bzImage, tried)
 }
 
+// isELF reports whether path is a whole ELF file: it parses, and every
+// loadable segment lies inside it (a decompression cut short does not).
 func isELF(path string) bool {
-	f, err := os.Open(path)
+	f, err := elf.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	head := make([]byte, 4)
-	_, err = f.Read(head)
-	return err == nil && string(head) == "\x7fELF"
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	loads := 0
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		loads++
+		if p.Off+p.Filesz > uint64(fi.Size()) {
+			return false
+		}
+	}
+	return loads > 0
 }
 
 // copyModules copies guestModules out of a module tree as <name>.ko,
@@ -246,9 +298,15 @@ func copyModules(tree, dst string) error {
 	if err != nil {
 		return fmt.Errorf("%w: read modules: %w", errSetup, err)
 	}
+	builtin, _ := os.ReadFile(filepath.Join(tree, "modules.builtin"))
 	for _, m := range guestModules {
 		src, ok := found[m]
 		if !ok {
+			// Newer kernels build some of them in (virtio in 6.12) or
+			// fold them into another: the guest loads what there is.
+			if _, folded := found[foldedModules[m]]; folded || isBuiltin(builtin, m) {
+				continue
+			}
 			return fmt.Errorf("%w: module %s not found in %s", errSetup, m, tree)
 		}
 		var data []byte
@@ -265,6 +323,16 @@ func copyModules(tree, dst string) error {
 		}
 	}
 	return nil
+}
+
+// isBuiltin reports whether modules.builtin lists the module name.
+func isBuiltin(list []byte, name string) bool {
+	for line := range strings.Lines(string(list)) {
+		if strings.TrimSuffix(filepath.Base(strings.TrimSpace(line)), ".ko") == name {
+			return true
+		}
+	}
+	return false
 }
 
 // hostTSCkHz is the host CPU's clock in kHz, which the microvm guest needs

@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,7 +69,7 @@ func unavailable(t *testing.T, format string, args ...any) {
 	if os.Getenv("CI") != "" {
 		t.Fatalf("%s (CI is set: the cgroup v2 proof must run)", msg)
 	}
-	t.Skipf("%s; install qemu-system-x86 and xz-utils, or run `sudo make vmtest`", msg)
+	t.Skipf("%s; install qemu-system-x86, xz-utils and zstd, or run `sudo make vmtest`", msg)
 }
 
 func TestCgroupV2InVM(t *testing.T) {
@@ -84,15 +85,44 @@ func TestCgroupV2InVM(t *testing.T) {
 	if cacheDir == "" {
 		cacheDir = defaultCacheDir
 	}
-	k, err := ensureKernel(cacheDir, t.Logf)
-	if err != nil {
-		if errors.Is(err, errSetup) {
-			unavailable(t, "kernel: %v", err)
+	var kernels []*kernel
+	for _, vk := range vmKernels {
+		meta, required := vk.meta, vk.required
+		if env := os.Getenv("CELLBLOCK_VM_KERNEL"); env != "" {
+			meta, required = env, true // that kernel alone
 		}
-		t.Fatalf("kernel: %v", err)
+		k, err := ensureKernel(cacheDir, meta, t.Logf)
+		switch {
+		case err != nil && errors.Is(err, errSetup) && !required:
+			t.Logf("not booting %s: %v", meta, err)
+			continue
+		case err != nil && errors.Is(err, errSetup):
+			unavailable(t, "kernel: %v", err)
+		case err != nil:
+			t.Fatalf("kernel: %v", err)
+		}
+		if !slices.ContainsFunc(kernels, func(o *kernel) bool { return o.pkg == k.pkg }) {
+			kernels = append(kernels, k)
+		}
+		if os.Getenv("CELLBLOCK_VM_KERNEL") != "" {
+			break
+		}
 	}
-	t.Logf("kernel %s (%s) ready after %v", k.pkg, k.vmlinux, time.Since(t0).Round(time.Millisecond))
+	var pkgs []string
+	for _, k := range kernels {
+		pkgs = append(pkgs, k.pkg)
+	}
+	pruneKernels(cacheDir, pkgs)
+	t.Logf("kernels %v ready after %v", pkgs, time.Since(t0).Round(time.Millisecond))
+	for _, k := range kernels {
+		t.Run(strings.TrimPrefix(k.pkg, "linux-image-"), func(t *testing.T) { bootAndCheck(t, qemu, k) })
+	}
+}
 
+// bootAndCheck boots kernel k with the daemon and the cgroup tests and
+// turns each of the guest's checks into a subtest.
+func bootAndCheck(t *testing.T, qemu string, k *kernel) {
+	t0 := time.Now()
 	bin := filepath.Join(repoRoot, "bin")
 	for _, b := range []string{"cellblockd", "cellblock-init"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
@@ -144,7 +174,10 @@ func TestCgroupV2InVM(t *testing.T) {
 	}
 
 	args := []string{
-		"-M", "microvm", "-accel", "tcg,thread=multi", "-cpu", "max",
+		// One host thread for both vCPUs: with multi-threaded TCG, 6.12
+		// died of an unexpected int3 in its scheduler (text patching
+		// racing another vCPU), and 6.1 froze now and then.
+		"-M", "microvm", "-accel", "tcg,thread=single", "-cpu", "max",
 		"-m", guestMemory, "-smp", guestCPUs,
 		"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", k.vmlinux, "-initrd", initrd,
@@ -269,6 +302,9 @@ func buildInitramfs(dst, initBin string, k *kernel, cfg *guest.Config) error {
 	files := []initramfsFile{{name: "init", perm: 0o755, data: initData}}
 	for _, m := range guestModules {
 		data, err := os.ReadFile(filepath.Join(k.modules, m+".ko"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // built in, or part of another (copyModules checked)
+		}
 		if err != nil {
 			return fmt.Errorf("module %s: %w", m, err)
 		}
