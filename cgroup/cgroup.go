@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,8 +247,8 @@ func (c *Cgroup) removeDirs() error {
 
 // Update replaces the run's limits, e.g. when a jail built ahead of time
 // is claimed by a request with limits of its own. It writes only what
-// changed: nothing for the same limits, one file when only Background
-// does. Lowering the memory limit
+// changed: nothing for the same limits, one file each for Background and
+// Pids when only they do. Lowering the memory limit
 // below what the run uses already fails (v1) or reclaims and OOM-kills
 // (v2), so it is meant for a run whose program has not started.
 func (c *Cgroup) Update(l Limits) error {
@@ -257,8 +258,8 @@ func (c *Cgroup) Update(l Limits) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error
-	sameButWeight := c.limits
-	sameButWeight.Background = l.Background
+	sameMemoryAndCPU := c.limits
+	sameMemoryAndCPU.Background, sameMemoryAndCPU.Pids = l.Background, l.Pids
 	switch {
 	case c.deleted:
 		err = errors.New("already deleted")
@@ -266,9 +267,14 @@ func (c *Cgroup) Update(l Limits) error {
 		err = fmt.Errorf("%w: a swept cgroup has no limits to update", ErrUnsupported)
 	case l == c.limits:
 		return nil // nothing to write
-	case sameButWeight == l:
-		// The common claim of a prestarted jail: one write, not all.
-		err = c.writeWeight(l)
+	case sameMemoryAndCPU == l:
+		// The common claim of a prestarted jail: a file or two, not all.
+		if l.Background != c.limits.Background {
+			err = c.writeWeight(l)
+		}
+		if err == nil && l.Pids != c.limits.Pids {
+			err = c.writePids(l)
+		}
 	case c.cg2 != nil:
 		err = c.cg2.Update(v2Resources(l, c.v2ctl))
 	default:
@@ -297,6 +303,45 @@ func (c *Cgroup) writeWeight(l Limits) error {
 		return nil
 	}
 	return writeFile(dir, "cpu.shares", strconv.FormatUint(l.shares(), 10))
+}
+
+// writePids writes the tasks limit of l alone.
+func (c *Cgroup) writePids(l Limits) error {
+	dir := c.dirFor("pids")
+	if c.cg2 != nil {
+		if !c.v2ctl.pids {
+			return nil
+		}
+		dir = c.dirs[0]
+	}
+	if dir == "" {
+		return nil
+	}
+	return writeFile(dir, "pids.max", formatMax(l.Pids))
+}
+
+// Tasks returns the number of processes and threads in the run now
+// (pids.current), or 0 without the pids controller.
+func (c *Cgroup) Tasks() (int64, error) {
+	dir := c.dirFor("pids")
+	if c.root.mode == ModeV2 {
+		dir = c.dirs[0]
+		if !exists(filepath.Join(dir, "pids.current")) {
+			return 0, nil
+		}
+	}
+	if dir == "" {
+		return 0, nil
+	}
+	v, err := readString(dir, "pids.current")
+	if err != nil {
+		return 0, fmt.Errorf("tasks of cgroup for run %s: %w", c.id, err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("tasks of cgroup for run %s: parse pids.current %q: %w", c.id, v, err)
+	}
+	return n, nil
 }
 
 // raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory

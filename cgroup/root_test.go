@@ -389,6 +389,19 @@ func TestUpdate(t *testing.T) {
 			t.Errorf("background %v: %s = %s, want %s", bg, weightFile, got, want)
 		}
 	}
+	// Only the tasks limit (and the weight) changing: the files alone.
+	for _, pids := range []int64{5, 0, 7} {
+		if err := c.Update(Limits{MemoryBytes: 64 << 20, Pids: pids, Background: pids == 7}); err != nil {
+			t.Fatalf("Update(pids %d): %v", pids, err)
+		}
+		want := map[int64]string{5: "5", 0: "max", 7: "7"}[pids]
+		if got := file(t, c, "pids.max"); got != want {
+			t.Errorf("after Update(pids %d): pids.max = %s, want %s", pids, got, want)
+		}
+	}
+	if got := file(t, c, weightFile); got != background {
+		t.Errorf("after Update(pids 7, background): %s = %s, want %s", weightFile, got, background)
+	}
 	if err := c.Update(Limits{Pids: -1}); !errors.Is(err, ErrInvalidLimits) {
 		t.Errorf("Update with bad limits: %v, want ErrInvalidLimits", err)
 	}
@@ -433,6 +446,9 @@ func TestProcsAndKill(t *testing.T) {
 	}
 	if ok, err := c.isMember(ch.pid()); !ok || err != nil {
 		t.Errorf("isMember(%d) = %v, %v", ch.pid(), ok, err)
+	}
+	if n, err := c.Tasks(); n != int64(len(pids)) || err != nil {
+		t.Errorf("Tasks() = %d, %v; want %d (sleep is single-threaded)", n, err, len(pids))
 	}
 	if ok, err := c.isMember(os.Getpid()); ok || err != nil {
 		t.Errorf("isMember(self) = %v, %v", ok, err)
