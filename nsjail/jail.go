@@ -25,6 +25,11 @@ var ErrNotLaunched = errors.New("jail could not be launched")
 // launchTimeout bounds handing the program to the init, until its answer.
 const launchTimeout = 30 * time.Second
 
+// setupTasks is the tasks limit of a jail until its program's is set:
+// libcontainer's init (the daemon's binary, re-executed) and then the
+// jail's own use a dozen or so between them.
+const setupTasks = 64
+
 // Jail is one jail whose init is running and waiting for its program: the
 // cgroup, the libcontainer container, the pipes of the init's stdout and
 // stderr, and the socket the program is handed over by. Launch it once, or
@@ -72,6 +77,10 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 	j := &Jail{r: r, id: id, spec: *spec}
 	limits := spec.Limits.cgroupLimits()
 	limits.Background = background
+	if limits.Pids > 0 {
+		// Launch sets the program's limit once the init is ready.
+		limits.Pids = max(limits.Pids, setupTasks)
+	}
 	j.cg, err = r.cgroups.Create(id, limits)
 	if err != nil {
 		return nil, fmt.Errorf("jail %s: %w", id, err)
@@ -246,7 +255,23 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	if !j.spec.sameJail(spec) {
 		return notLaunched(errors.New("the run needs a differently built jail"))
 	}
-	if err := j.cg.Update(spec.Limits.cgroupLimits()); err != nil {
+	// Wait for the init to say it is ready: from then on, the tasks in
+	// the cgroup are the init's own (its Go runtime's threads, 6 to 8),
+	// and the program's tasks limit goes on top of them.
+	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
+	ctl := bufio.NewReader(j.ctl)
+	if ready, err := ctl.ReadString('\n'); ready != jailinit.AckReady {
+		return notLaunched(fmt.Errorf("the init did not say it is ready: %q %v", ready, err))
+	}
+	limits := spec.Limits.cgroupLimits()
+	if limits.Pids > 0 {
+		initTasks, err := j.cg.Tasks()
+		if err != nil {
+			return notLaunched(err)
+		}
+		limits.Pids += initTasks
+	}
+	if err := j.cg.Update(limits); err != nil {
 		return notLaunched(err)
 	}
 	// The run's CPU time and memory peak are the program's, not the
@@ -260,11 +285,10 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	}
 	// Hand the program over and wait for the init's answer: an init that
 	// died while it waited (or dies now) has started nothing.
-	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
 	if _, err := j.ctl.Write(msg); err != nil {
 		return notLaunched(fmt.Errorf("hand the program to the init: %w", err))
 	}
-	ack, err := bufio.NewReader(j.ctl).ReadString('\n')
+	ack, err := ctl.ReadString('\n')
 	j.ctl.Close()
 	switch {
 	case err != nil:

@@ -362,8 +362,8 @@ func (r *RunRequest) Resolve(def, max Limits) (Limits, *Error) {
 	switch {
 	case l.MemoryBytes < 16<<20:
 		return l, Errorf(ErrBadRequest, "memory_bytes", "%d is below the minimum of 16 MiB", l.MemoryBytes)
-	case l.Pids < 4:
-		return l, Errorf(ErrBadRequest, "pids", "%d is below the minimum of 4", l.Pids)
+	case l.Pids < 1: // the program's own tasks: the jail's init comes on top
+		return l, Errorf(ErrBadRequest, "pids", "%d is below the minimum of 1", l.Pids)
 	case l.TimeoutMs < 10:
 		return l, Errorf(ErrBadRequest, "timeout_ms", "%d is below the minimum of 10", l.TimeoutMs)
 	case l.CPUs < 0.01:

@@ -74,7 +74,7 @@ func TestResolve(t *testing.T) {
 		{RunRequest{OutputBytes: 4097}, "output_bytes", ErrOverLimit},
 		{RunRequest{TmpBytes: 9 << 20}, "tmp_bytes", ErrOverLimit},
 		{RunRequest{MemoryBytes: 1 << 20}, "memory_bytes", ErrBadRequest},
-		{RunRequest{Pids: 2}, "pids", ErrBadRequest},
+		{RunRequest{Pids: -1}, "pids", ErrBadRequest},
 	} {
 		_, err := c.req.Resolve(def, max)
 		if err == nil || err.Field != c.field || err.Type != c.typ {

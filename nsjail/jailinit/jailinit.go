@@ -8,8 +8,8 @@
 // The init is started before the run's program is known, so that a jail can
 // be built ahead of a request (see nsjail.Pool). It:
 //
-//  1. waits for one Launch message on file descriptor 3 (a socket to the
-//     daemon; nothing the program inherits),
+//  1. says AckReady on file descriptor 3 (a socket to the daemon; nothing
+//     the program inherits) and waits there for one Launch message,
 //  2. writes the script into the working directory,
 //  3. starts Python as its child with the message's argv, environment and
 //     standard input, and the jail's stdout and stderr,
@@ -17,9 +17,11 @@
 //  5. reaps every process that is reparented to it,
 //  6. exits with Python's status: its exit code, or 128+N after signal N.
 //
-// The answer tells the daemon that the program really started: an init
-// that dies before answering has run nothing, and the run can be given to
-// another jail.
+// AckReady tells the daemon that the init is itself and idle: every task
+// in the jail's cgroup is the init's, so the daemon can put the program's
+// tasks limit on top of them. The answer to the Launch tells it that the
+// program really started: an init that dies before answering has run
+// nothing, and the run can be given to another jail.
 //
 // When it exits the kernel kills whatever is left in the pid namespace, so
 // no process of the run outlives it. It must stay cgo-free and statically
@@ -42,8 +44,10 @@ import (
 // leaves by.
 const LaunchFD = 3
 
-// The init's answers to a Launch message, each one line.
+// What the init says on LaunchFD, each one line: AckReady while it waits,
+// then one answer to the Launch message.
 const (
+	AckReady   = "ready\n"   // waiting for a Launch, with every task it needs
 	AckStarted = "started\n" // the program is running
 	AckFailed  = "failed\n"  // it could not be started; see stderr and ExitSetupFailed
 )
@@ -94,6 +98,8 @@ func Main(args []string) int {
 	// as it costs a millisecond or two.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	// A daemon that is gone shows as EOF below.
+	_, _ = io.WriteString(ctl, AckReady)
 	l, err := receive(ctl)
 	if errors.Is(err, io.EOF) {
 		return ExitNotLaunched

@@ -43,12 +43,18 @@ func start(t *testing.T) (*exec.Cmd, *os.File, *strings.Builder) {
 	return cmd, ours, &out
 }
 
+// launch waits for the init to say it is ready, sends l and returns the
+// init's answer.
 func launch(t *testing.T, ctl *os.File, l *Launch) string {
 	t.Helper()
+	rd := bufio.NewReader(ctl)
+	if ready, err := rd.ReadString('\n'); ready != AckReady {
+		t.Fatalf("the init said %q (%v), want %q", ready, err, AckReady)
+	}
 	if err := json.NewEncoder(ctl).Encode(l); err != nil {
 		t.Fatal(err)
 	}
-	ack, err := bufio.NewReader(ctl).ReadString('\n')
+	ack, err := rd.ReadString('\n')
 	if err != nil {
 		t.Fatalf("no answer from the init: %v", err)
 	}
