@@ -18,8 +18,10 @@ import (
 	"github.com/cellblock/cellblock/nsjail/jailinit"
 )
 
-// ErrNotLaunched wraps a Launch error that happened before the program
-// could start: the jail is gone, but the run can be tried again in another.
+// ErrNotLaunched wraps a Prepare or Launch error that happened before the
+// program could start (libcontainer failing to start the jail's init, the
+// init dying while it waited): the jail is gone, but the run can be tried
+// again in another.
 var ErrNotLaunched = errors.New("jail could not be launched")
 
 // launchTimeout bounds handing the program to the init, until its answer.
@@ -136,7 +138,7 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 	j.create = time.Since(t0)
 	t1 := time.Now()
 	if err := j.container.Run(j.proc); err != nil {
-		return nil, fmt.Errorf("start jail %s: %w", id, err)
+		return nil, fmt.Errorf("%w: start jail %s: %w", ErrNotLaunched, id, err)
 	}
 	j.start = time.Since(t1)
 	// The jail holds its ends now; keep ours.
