@@ -27,6 +27,10 @@ var ErrNotLaunched = errors.New("jail could not be launched")
 // launchTimeout bounds handing the program to the init, until its answer.
 const launchTimeout = 30 * time.Second
 
+// initThreadRoom is how many threads the jail's init may start while it
+// starts the program, before the tasks limit is made exact.
+const initThreadRoom = 2
+
 // setupTasks is the tasks limit of a jail until its program's is set:
 // libcontainer's init (the daemon's binary, re-executed) and then the
 // jail's own use a dozen or so between them.
@@ -258,8 +262,11 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		return notLaunched(errors.New("the run needs a differently built jail"))
 	}
 	// Wait for the init to say it is ready: from then on, the tasks in
-	// the cgroup are the init's own (its Go runtime's threads, 6 to 8),
-	// and the program's tasks limit goes on top of them.
+	// the cgroup are the init's own (its Go runtime's threads, 6 to 9),
+	// and the program's tasks limit goes on top of them. The init may
+	// still start a thread or two while it starts the program (seen in
+	// fresh jails), so they get room now and the limit is made exact
+	// once the program runs.
 	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
 	ctl := bufio.NewReader(j.ctl)
 	if ready, err := ctl.ReadString('\n'); ready != jailinit.AckReady {
@@ -271,7 +278,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		if err != nil {
 			return notLaunched(err)
 		}
-		limits.Pids += initTasks
+		limits.Pids += initTasks + initThreadRoom
 	}
 	if err := j.cg.Update(limits); err != nil {
 		return notLaunched(err)
@@ -301,6 +308,9 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	// AckFailed: the init says why on stderr and exits ExitSetupFailed,
 	// which the run reports like any exit.
 	start := time.Now()
+	if ack == jailinit.AckStarted && limits.Pids > 0 {
+		j.exactTasksLimit(spec, limits)
+	}
 	out.Phases.Start = start.Sub(t1)
 	if !j.prestarted {
 		out.Phases.Start += j.start
@@ -373,6 +383,22 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	out.Phases.Program = out.Duration
 	out.Phases.Collect = time.Since(tc)
 	return out, nil
+}
+
+// exactTasksLimit lowers the tasks limit to the program's own on top of
+// what the init uses now that the program has started: every task in the
+// cgroup but Python's one is the init's. Python takes milliseconds to
+// start and forks nothing before its program runs, well after this.
+// Should it fail, the run keeps the limit with the init's room in it.
+func (j *Jail) exactTasksLimit(spec *Spec, limits cgroup.Limits) {
+	n, err := j.cg.Tasks()
+	if err == nil && spec.Limits.Pids+n-1 < limits.Pids {
+		limits.Pids = spec.Limits.Pids + n - 1
+		err = j.cg.Update(limits)
+	}
+	if err != nil {
+		j.r.log.Warn("set the program's tasks limit", "run", spec.ID, "jail", j.id, "err", err)
+	}
 }
 
 // socketpair returns two connected stream sockets: the init's end (for

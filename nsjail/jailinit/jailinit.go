@@ -86,6 +86,10 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellblock-init: takes no arguments; the run arrives on descriptor 3")
 		return ExitSetupFailed
 	}
+	// Non-blocking, so that waiting on it parks a goroutine instead of
+	// blocking a thread, which would make the runtime start another: the
+	// init's threads count against the jail's tasks limit.
+	_ = syscall.SetNonblock(LaunchFD, true)
 	ctl := os.NewFile(LaunchFD, "launch")
 	if ctl == nil {
 		fmt.Fprintln(os.Stderr, "cellblock-init: no launch descriptor")
