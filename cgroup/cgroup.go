@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -318,30 +317,6 @@ func (c *Cgroup) writePids(l Limits) error {
 		return nil
 	}
 	return writeFile(dir, "pids.max", formatMax(l.Pids))
-}
-
-// Tasks returns the number of processes and threads in the run now
-// (pids.current), or 0 without the pids controller.
-func (c *Cgroup) Tasks() (int64, error) {
-	dir := c.dirFor("pids")
-	if c.root.mode == ModeV2 {
-		dir = c.dirs[0]
-		if !exists(filepath.Join(dir, "pids.current")) {
-			return 0, nil
-		}
-	}
-	if dir == "" {
-		return 0, nil
-	}
-	v, err := readString(dir, "pids.current")
-	if err != nil {
-		return 0, fmt.Errorf("tasks of cgroup for run %s: %w", c.id, err)
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("tasks of cgroup for run %s: parse pids.current %q: %w", c.id, v, err)
-	}
-	return n, nil
 }
 
 // raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory

@@ -261,12 +261,11 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	if !j.spec.sameJail(spec) {
 		return notLaunched(errors.New("the run needs a differently built jail"))
 	}
-	// Wait for the init to say it is ready: from then on, the tasks in
-	// the cgroup are the init's own (its Go runtime's threads, 6 to 9),
-	// and the program's tasks limit goes on top of them. The init may
-	// still start a thread or two while it starts the program (seen in
-	// fresh jails), so they get room now and the limit is made exact
-	// once the program runs.
+	// Wait for the init to say it is ready: from then on it is the
+	// jail's only process, and the program's tasks limit goes on top of
+	// its threads (its Go runtime's, 6 to 9). It may still start a thread
+	// or two while it starts the program (seen in fresh jails), so they
+	// get room now and the limit is made exact once the program runs.
 	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
 	ctl := bufio.NewReader(j.ctl)
 	if ready, err := ctl.ReadString('\n'); ready != jailinit.AckReady {
@@ -274,7 +273,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	}
 	limits := spec.Limits.cgroupLimits()
 	if limits.Pids > 0 {
-		initTasks, err := j.cg.Tasks()
+		initTasks, err := j.initThreads()
 		if err != nil {
 			return notLaunched(err)
 		}
@@ -386,19 +385,34 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 }
 
 // exactTasksLimit lowers the tasks limit to the program's own on top of
-// what the init uses now that the program has started: every task in the
-// cgroup but Python's one is the init's. Python takes milliseconds to
-// start and forks nothing before its program runs, well after this.
-// Should it fail, the run keeps the limit with the init's room in it.
+// the init's threads, now that the program has started. It counts the
+// init's threads rather than the cgroup's tasks, which can be higher for
+// a moment just then (seen under TCG on 6.12: two more tasks at the
+// answer than the init kept). Python takes milliseconds to start and
+// forks nothing before its program runs, well after this. Should it fail,
+// the run keeps the limit with the init's room in it.
 func (j *Jail) exactTasksLimit(spec *Spec, limits cgroup.Limits) {
-	n, err := j.cg.Tasks()
-	if err == nil && spec.Limits.Pids+n-1 < limits.Pids {
-		limits.Pids = spec.Limits.Pids + n - 1
+	n, err := j.initThreads()
+	if err == nil && spec.Limits.Pids+n < limits.Pids {
+		limits.Pids = spec.Limits.Pids + n
 		err = j.cg.Update(limits)
 	}
 	if err != nil {
 		j.r.log.Warn("set the program's tasks limit", "run", spec.ID, "jail", j.id, "err", err)
 	}
+}
+
+// initThreads counts the threads of the jail's init.
+func (j *Jail) initThreads() (int64, error) {
+	pid, err := j.proc.Pid()
+	if err != nil {
+		return 0, err
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, fmt.Errorf("threads of the jail's init: %w", err)
+	}
+	return int64(len(tasks)), nil
 }
 
 // socketpair returns two connected stream sockets: the init's end (for
