@@ -57,23 +57,22 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 
 // run carries out spec in a prestarted jail when one fits, else in one
 // built for it now. A jail that fails before the program starts is
-// replaced once: nothing has run twice, and a rare failure of
-// libcontainer's start (seen once in CI, its nsexec stages losing their
-// sync socket) does not fail the request.
+// replaced once by a fresh one: nothing has run twice, and neither a
+// prestarted jail whose init died nor a rare failure of libcontainer's
+// start (seen once in CI, its nsexec stages losing their sync socket)
+// fails the request.
 func (e *executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
+	var out *nsjail.Outcome
+	var err error
 	if j := e.pool.Take(spec); j != nil {
-		out, err := j.Launch(ctx, spec, onOutput)
-		if !errors.Is(err, nsjail.ErrNotLaunched) {
-			return out, err
-		}
-		e.log.Warn("a prestarted jail could not be launched; building a new one", "run", spec.ID, "err", err)
-		return e.runner.Run(ctx, spec, onOutput)
+		out, err = j.Launch(ctx, spec, onOutput)
+	} else {
+		out, err = e.runner.Run(ctx, spec, onOutput)
 	}
-	out, err := e.runner.Run(ctx, spec, onOutput)
 	if !errors.Is(err, nsjail.ErrNotLaunched) || ctx.Err() != nil {
 		return out, err
 	}
-	e.log.Warn("a jail could not be started; building another", "run", spec.ID, "err", err)
+	e.log.Warn("a jail could not be launched; building another", "run", spec.ID, "err", err)
 	return e.runner.Run(ctx, spec, onOutput)
 }
 
