@@ -33,12 +33,16 @@ var foldedModules = map[string]string{"fscache": "netfs"}
 // memory.peak can be reset (per descriptor), which cgroup.StartAccounting
 // uses where it can; it is booted too where apt offers it (Debian 12 does,
 // from its security updates), so that both ways are proven.
-var vmKernels = []struct {
-	meta     string
-	required bool
-}{
+var vmKernels = []vmKernel{
 	{"linux-image-amd64", true},
 	{"linux-image-6.12-amd64", false},
+}
+
+// vmKernel is a kernel to boot: an apt meta-package (or a kernel package)
+// and whether the test fails without it.
+type vmKernel struct {
+	meta     string
+	required bool
 }
 
 // kernel is a Debian kernel unpacked for a PVH boot.

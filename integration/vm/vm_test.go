@@ -85,32 +85,27 @@ func TestCgroupV2InVM(t *testing.T) {
 	if cacheDir == "" {
 		cacheDir = defaultCacheDir
 	}
+	wanted := vmKernels
+	if env := os.Getenv("CELLBLOCK_VM_KERNEL"); env != "" {
+		wanted = []vmKernel{{meta: env, required: true}} // that kernel alone
+	}
 	var kernels []*kernel
-	for _, vk := range vmKernels {
-		meta, required := vk.meta, vk.required
-		if env := os.Getenv("CELLBLOCK_VM_KERNEL"); env != "" {
-			meta, required = env, true // that kernel alone
-		}
-		k, err := ensureKernel(cacheDir, meta, t.Logf)
+	var pkgs []string
+	for _, vk := range wanted {
+		k, err := ensureKernel(cacheDir, vk.meta, t.Logf)
 		switch {
-		case err != nil && errors.Is(err, errSetup) && !required:
-			t.Logf("not booting %s: %v", meta, err)
+		case err != nil && errors.Is(err, errSetup) && !vk.required:
+			t.Logf("not booting %s: %v", vk.meta, err)
 			continue
 		case err != nil && errors.Is(err, errSetup):
 			unavailable(t, "kernel: %v", err)
 		case err != nil:
 			t.Fatalf("kernel: %v", err)
 		}
-		if !slices.ContainsFunc(kernels, func(o *kernel) bool { return o.pkg == k.pkg }) {
+		if !slices.Contains(pkgs, k.pkg) {
 			kernels = append(kernels, k)
+			pkgs = append(pkgs, k.pkg)
 		}
-		if os.Getenv("CELLBLOCK_VM_KERNEL") != "" {
-			break
-		}
-	}
-	var pkgs []string
-	for _, k := range kernels {
-		pkgs = append(pkgs, k.pkg)
 	}
 	pruneKernels(cacheDir, pkgs)
 	t.Logf("kernels %v ready after %v", pkgs, time.Since(t0).Round(time.Millisecond))
