@@ -755,10 +755,18 @@ func mySid(t *testing.T) int {
 func TestKillForkLoop(t *testing.T) {
 	r := openTestRoot(t)
 	c := create(t, r, "forkloop", Limits{Pids: 256, MemoryBytes: 256 << 20})
-	// Orphaned sleepers pile up while short-lived children churn.
-	ch := runIn(t, c, "sh", "-c", `while :; do (sleep 300 &); true & done 2>/dev/null`)
-	time.Sleep(300 * time.Millisecond)
-	before, _ := c.Procs()
+	// Orphaned sleepers pile up while short-lived children churn. bash,
+	// not sh: dash exits with status 2 on the first fork that the pids
+	// limit refuses, and the test must kill a loop that is still going.
+	ch := runIn(t, c, "bash", "-c", `while :; do (sleep 300 &); true & done 2>/dev/null`)
+	var before []int
+	for deadline := time.Now().Add(10 * time.Second); len(before) < 64; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the loop started only %d processes", len(before))
+		}
+		time.Sleep(5 * time.Millisecond)
+		before, _ = c.Procs()
+	}
 	start := time.Now()
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
