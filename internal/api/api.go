@@ -138,43 +138,6 @@ type Package struct {
 	Hash    string `json:"hash,omitempty"`
 }
 
-// ErrorType classifies why a run could not be carried out as asked.
-type ErrorType string
-
-// Error types. Each maps to one HTTP status in the server.
-const (
-	ErrBadRequest    ErrorType = "bad_request"      // malformed or invalid request (400)
-	ErrTooLarge      ErrorType = "too_large"        // request body over MaxRequestBytes (413)
-	ErrOverLimit     ErrorType = "over_limit"       // a limit above the daemon's maximum (400)
-	ErrUnknownPython ErrorType = "unknown_python"   // no imported interpreter matches (400)
-	ErrDependency    ErrorType = "dependency_error" // dependencies could not be resolved or built (422)
-	ErrForbidden     ErrorType = "forbidden"        // the caller is not allowed (403)
-	ErrBusy          ErrorType = "busy"             // the run queue is full (429)
-	ErrUnavailable   ErrorType = "unavailable"      // the daemon is shutting down (503)
-	ErrInternal      ErrorType = "internal"         // the daemon failed (500)
-	ErrCanceled      ErrorType = "canceled"         // the caller went away
-)
-
-// Error is the result's error object.
-type Error struct {
-	Type    ErrorType `json:"type"`
-	Message string    `json:"message"`
-	// Field names the request field at fault, when there is one.
-	Field string `json:"field,omitempty"`
-}
-
-func (e *Error) Error() string {
-	if e.Field != "" {
-		return fmt.Sprintf("%s: %s: %s", e.Type, e.Field, e.Message)
-	}
-	return fmt.Sprintf("%s: %s", e.Type, e.Message)
-}
-
-// Errorf builds an *Error for a field.
-func Errorf(t ErrorType, field, format string, args ...any) *Error {
-	return &Error{Type: t, Field: field, Message: fmt.Sprintf(format, args...)}
-}
-
 // Info describes the daemon.
 type Info struct {
 	Version       string   `json:"version"`

@@ -11,12 +11,6 @@ const (
 	// DELETE PathEnvs + "/" + ID deletes one environment.
 )
 
-// Error types of the environment API.
-const (
-	ErrNotFound ErrorType = "not_found" // no environment has that id (404)
-	ErrInUse    ErrorType = "in_use"    // the environment is attached to a run (409)
-)
-
 // EnvBuildRequest asks the daemon to build an environment ahead of the
 // runs that will use it (or to find it, when it exists).
 type EnvBuildRequest struct {

@@ -22,7 +22,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/pep723"
-	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/record"
 )
 
 // FileMode is the mode of the audit log and its rotated files: root reads
@@ -50,7 +50,7 @@ type Entry struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
 	PID int32  `json:"pid"`
-	// Outcome classifies the run as the metrics do (server.Outcome).
+	// Outcome classifies the run as the metrics do (record.Outcome).
 	Outcome string `json:"outcome"`
 
 	CodeSHA256 string `json:"code_sha256,omitempty"`
@@ -87,10 +87,10 @@ type Environment struct {
 
 // NewEntry turns a run record into an audit entry. The code is hashed and
 // left out unless includeCode.
-func NewEntry(rec server.RunRecord, includeCode bool) Entry {
+func NewEntry(rec record.Run, includeCode bool) Entry {
 	e := Entry{
 		Time: rec.Started.UTC(), UID: rec.Peer.UID, GID: rec.Peer.GID, PID: rec.Peer.PID,
-		Outcome: server.Outcome(rec.Result), TotalMs: rec.Duration.Milliseconds(),
+		Outcome: record.Outcome(rec.Result), TotalMs: rec.Duration.Milliseconds(),
 	}
 	if req := rec.Request; req != nil {
 		sum := sha256.Sum256([]byte(req.Code))
@@ -179,7 +179,7 @@ func (l *Log) open() error {
 
 // Observe writes the line of one run record; it is the server's Observer
 // (or part of it).
-func (l *Log) Observe(rec server.RunRecord) {
+func (l *Log) Observe(rec record.Run) {
 	if err := l.Write(NewEntry(rec, l.cfg.IncludeCode)); err != nil {
 		l.mu.Lock()
 		first := !l.failed

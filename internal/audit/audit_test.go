@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
 )
 
 const secretCode = "# /// script\n# dependencies = [\"rich\"]\n# ///\nprint('the secret is 42')\n"
 
-func record() server.RunRecord {
+func sampleRun() record.Run {
 	limits := api.Limits{TimeoutMs: 1000, MemoryBytes: 64 << 20, Pids: 16, CPUs: 1, OutputBytes: 1024, TmpBytes: 1 << 20}
-	return server.RunRecord{
-		Peer:    server.Peer{UID: 1000, GID: 1001, PID: 4242},
+	return record.Run{
+		Peer:    peercred.Peer{UID: 1000, GID: 1001, PID: 4242},
 		Request: &api.RunRequest{Code: secretCode, Dependencies: []string{"requests<3", "rich"}, Python: "3.11"},
 		Result: &api.Result{
 			RunID: "r0123", Python: "3.11.2", ExitCode: 0, DurationMs: 12, CPUMs: 9, MemoryPeakBytes: 5 << 20,
@@ -57,8 +58,8 @@ func TestEntryFieldsAndNoCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Observe(record())
-	l.Observe(server.RunRecord{Peer: server.Peer{UID: 7}, Result: &api.Result{Error: api.Errorf(api.ErrBadRequest, "", "malformed JSON")}})
+	l.Observe(sampleRun())
+	l.Observe(record.Run{Peer: peercred.Peer{UID: 7}, Result: &api.Result{Error: api.Errorf(api.ErrBadRequest, "", "malformed JSON")}})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestIncludeCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.Observe(record())
+	l.Observe(sampleRun())
 	if lines := readLines(t, path); len(lines) != 1 || lines[0]["code"] != secretCode {
 		t.Fatalf("%v", lines)
 	}
@@ -126,7 +127,7 @@ func TestRotation(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
-	line, _ := json.Marshal(NewEntry(record(), false))
+	line, _ := json.Marshal(NewEntry(sampleRun(), false))
 	max := int64(len(line)+1) * 3 // three lines per file
 	l, err := Open(Config{Path: path, MaxBytes: max, Keep: 2}, nil)
 	if err != nil {
@@ -135,7 +136,7 @@ func TestRotation(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); l.Observe(record()) }()
+		go func() { defer wg.Done(); l.Observe(sampleRun()) }()
 	}
 	wg.Wait()
 	l.Close()
@@ -171,7 +172,7 @@ func TestRotationKeepNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		l.Observe(record())
+		l.Observe(sampleRun())
 	}
 	l.Close()
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {

@@ -4,7 +4,8 @@
 // passes) and serves the API until SIGTERM, then drains and exits 0.
 //
 // It wires packages together and owns their lifetimes; the work itself is
-// in nsjail, cgroup, seccomp, rootfs and internal/server.
+// in nsjail, cgroup, seccomp, rootfs, internal/runs (carrying out runs),
+// internal/deps (dependency environments) and internal/server (the API).
 package daemon
 
 import (
@@ -25,10 +26,15 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/audit"
 	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/internal/metrics"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/internal/runs"
 	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
+	"github.com/cellblock/cellblock/rootfs/envs"
 	"github.com/cellblock/cellblock/seccomp"
 )
 
@@ -169,22 +175,49 @@ func run(cfg config.Config, log *slog.Logger) error {
 	} else if n > 0 {
 		log.Warn("removed jail state a previous daemon left behind", "count", n)
 	}
-	deps, err := openDependencies(cfg, log)
+	var fallback func() (*nsjail.Runner, error)
+	if cfg.UserNS == "auto" && runner.UserNamespace() {
+		fallback = func() (*nsjail.Runner, error) {
+			noUserNS := cfg
+			noUserNS.UserNS = "off"
+			return newRunner(noUserNS, cgRoot, initBinary, log)
+		}
+	}
+	runner, err = runs.Probe(ctx, runner, py, fallback, log)
 	if err != nil {
 		return err
 	}
-	defer deps.close()
-	exec := &executor{cfg: cfg, store: store, runner: runner, cgRoot: cgRoot, initBinary: initBinary, log: log, deps: deps}
-	runner, err = exec.probe(ctx, py)
+	dm, err := deps.Open(deps.Config{
+		Dir:          filepath.Join(cfg.StateDir, "envs"),
+		Index:        envs.Index{URL: cfg.IndexURL, NoIndex: cfg.NoIndex, FindLinks: cfg.FindLinks},
+		AllowSdist:   cfg.AllowSdist,
+		BuildTimeout: cfg.EnvBuildTimeout,
+		BuildMemory:  cfg.EnvBuildMemory,
+		BuildCPUs:    cfg.Maxima.CPUs,
+		CacheBytes:   cfg.EnvCacheSize,
+		Runner:       runner,
+		Log:          log,
+	})
 	if err != nil {
 		return err
 	}
-	exec.runner = runner
-	if err := exec.prestart(py); err != nil {
+	defer dm.Close()
+	exec, err := runs.New(runs.Config{
+		Version:   Version,
+		Store:     store,
+		Runner:    runner,
+		Cgroups:   cgRoot,
+		Deps:      dm,
+		Defaults:  cfg.Defaults,
+		Prestart:  cfg.Prestart,
+		OpenFiles: config.DefaultOpenFiles,
+		Log:       log,
+	}, py)
+	if err != nil {
 		return err
 	}
 	defer func() {
-		if err := exec.pool.Close(); err != nil {
+		if err := exec.Close(); err != nil {
 			log.Error("tear down prestarted jails", "err", err)
 		}
 	}()
@@ -196,10 +229,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if !activated {
 		defer os.Remove(cfg.Socket)
 	}
-	allowed, err := newAllowList(cfg.SocketGroup, cfg.AllowUIDs, log)
-	if err != nil {
-		return err
-	}
+	allowed := peercred.AllowList(cfg.SocketGroup, cfg.AllowUIDs, log)
 	srv := server.New(server.Config{
 		Defaults:      cfg.Defaults,
 		Maxima:        cfg.Maxima,
@@ -207,7 +237,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		QueueSize:     cfg.QueueSize,
 		Allowed:       allowed,
 		Log:           log,
-		Observer: func(rec server.RunRecord) {
+		Observer: func(rec record.Run) {
 			stats.Observe(rec)
 			if auditLog != nil {
 				auditLog.Observe(rec)
@@ -216,7 +246,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		Metrics: stats.Handler(),
 	}, exec)
 	stats.SetLoad(srv.Load)
-	stats.SetPrestartReady(exec.pool.Ready)
+	stats.SetPrestartReady(exec.PrestartReady)
 
 	log.Info("cellblockd ready", "version", Version, "socket", ln.Addr().String(), "python", py.Version,
 		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent, "audit_log", cfg.AuditLog)

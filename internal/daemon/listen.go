@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 
 	"github.com/cellblock/cellblock/internal/config"
-	"github.com/cellblock/cellblock/internal/server"
 )
 
 // listen returns the socket systemd passed by socket activation, or makes
@@ -88,36 +86,4 @@ func removeStaleSocket(path string) error {
 		return fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
 	return nil
-}
-
-// newAllowList decides who may use the daemon: root, the uids given, and
-// members (primary or supplementary) of the socket group.
-func newAllowList(group string, uids []int, log *slog.Logger) (func(server.Peer) bool, error) {
-	groupID := -1
-	if group != "" {
-		if g, err := user.LookupGroup(group); err == nil {
-			groupID, _ = strconv.Atoi(g.Gid)
-		}
-	}
-	return func(p server.Peer) bool {
-		if p.UID == 0 || slices.Contains(uids, int(p.UID)) {
-			return true
-		}
-		if groupID < 0 {
-			return false
-		}
-		if int(p.GID) == groupID {
-			return true
-		}
-		u, err := user.LookupId(strconv.Itoa(int(p.UID)))
-		if err != nil {
-			return false
-		}
-		gids, err := u.GroupIds()
-		if err != nil {
-			log.Warn("look up caller's groups", "uid", p.UID, "err", err)
-			return false
-		}
-		return slices.Contains(gids, strconv.Itoa(groupID))
-	}, nil
 }

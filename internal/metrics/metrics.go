@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/record"
 )
 
 // Metrics is the daemon's registry. Observe is safe for concurrent use.
@@ -71,7 +71,7 @@ func New(version string) *Metrics {
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
 		}),
 	}
-	for _, o := range server.Outcomes {
+	for _, o := range record.Outcomes {
 		m.runs.WithLabelValues(o)
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -121,9 +121,9 @@ func (m *Metrics) readLoad() (running, queued int) {
 }
 
 // Observe counts one run record; it is the server's Observer (or part of it).
-func (m *Metrics) Observe(rec server.RunRecord) {
+func (m *Metrics) Observe(rec record.Run) {
 	res := rec.Result
-	m.runs.WithLabelValues(server.Outcome(res)).Inc()
+	m.runs.WithLabelValues(record.Outcome(res)).Inc()
 	if res == nil || res.RunID == "" {
 		return // refused before it ran: nothing was timed or built
 	}

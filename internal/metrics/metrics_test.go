@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/record"
 )
 
 func scrape(t *testing.T, m *Metrics) string {
@@ -25,11 +25,11 @@ func scrape(t *testing.T, m *Metrics) string {
 func TestObserve(t *testing.T) {
 	m := New("v-test")
 	m.SetLoad(func() (int, int) { return 3, 7 })
-	ran := func(res *api.Result) server.RunRecord {
+	ran := func(res *api.Result) record.Run {
 		res.RunID = "r1"
-		return server.RunRecord{Result: res, Duration: 300 * time.Millisecond}
+		return record.Run{Result: res, Duration: 300 * time.Millisecond}
 	}
-	for _, rec := range []server.RunRecord{
+	for _, rec := range []record.Run{
 		ran(&api.Result{Phases: &api.Phases{CreateUs: 20_000, StartUs: 30_000}}),
 		ran(&api.Result{ExitCode: 137, TimedOut: true}),
 		ran(&api.Result{ExitCode: 137, OOMKilled: true}),

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -10,23 +9,17 @@ import (
 
 // EnvManager is the daemon's side of the dependency environment API. An
 // Executor that implements it gets the routes of registerEnvs; errors are
-// classified with this package's sentinels, as for Execute.
+// classified with api's error classes, as for Execute.
 type EnvManager interface {
 	// Envs lists the cached environments.
 	Envs(ctx context.Context) (*api.EnvList, error)
 	// BuildEnv builds an environment ahead of time, or finds it.
 	BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error)
-	// RemoveEnv deletes one environment (ErrNotFound, ErrInUse).
+	// RemoveEnv deletes one environment (api.ErrNotFound, api.ErrInUse).
 	RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error)
 	// PruneEnvs deletes every environment no run holds.
 	PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error)
 }
-
-// Error classes of the environment API.
-var (
-	ErrNotFound = errors.New("no such environment")
-	ErrInUse    = errors.New("cannot remove")
-)
 
 // registerEnvs adds the environment routes when the executor manages
 // environments.
@@ -37,7 +30,7 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("GET "+api.PathEnvs, func(w http.ResponseWriter, r *http.Request) {
 		list, err := em.Envs(r.Context())
-		s.writeEnvResult(w, list, err)
+		s.writeEnvResult(w, r, list, err)
 	})
 	mux.HandleFunc("POST "+api.PathEnvs, func(w http.ResponseWriter, r *http.Request) {
 		if s.isDraining() {
@@ -61,34 +54,24 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 		stop := context.AfterFunc(s.runs, cancel)
 		defer stop()
 		res, err := em.BuildEnv(ctx, &req)
-		if err != nil {
-			peer, _ := PeerFrom(r.Context())
-			s.log.Error("environment build failed", "uid", peer.UID, "err", err)
-		}
-		s.writeEnvResult(w, res, err)
+		s.writeEnvResult(w, r, res, err)
 	})
 	mux.HandleFunc("DELETE "+api.PathEnvs+"/{id}", func(w http.ResponseWriter, r *http.Request) {
 		res, err := em.RemoveEnv(r.Context(), r.PathValue("id"))
-		s.writeEnvResult(w, res, err)
+		s.writeEnvResult(w, r, res, err)
 	})
 	mux.HandleFunc("POST "+api.PathEnvsPrune, func(w http.ResponseWriter, r *http.Request) {
 		res, err := em.PruneEnvs(r.Context())
-		s.writeEnvResult(w, res, err)
+		s.writeEnvResult(w, r, res, err)
 	})
 }
 
-// writeEnvResult answers with v, or with the error's class and status.
-func (s *Server) writeEnvResult(w http.ResponseWriter, v any, err error) {
+// writeEnvResult answers r with v, or with the error's class and status.
+func (s *Server) writeEnvResult(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err == nil {
 		writeJSON(w, http.StatusOK, v)
 		return
 	}
-	switch {
-	case errors.Is(err, ErrNotFound):
-		writeJSON(w, http.StatusNotFound, &api.Result{Error: api.Errorf(api.ErrNotFound, "id", "%s", err.Error())})
-	case errors.Is(err, ErrInUse):
-		writeJSON(w, http.StatusConflict, &api.Result{Error: api.Errorf(api.ErrInUse, "id", "%s", err.Error())})
-	default:
-		writeError(w, classify(err))
-	}
+	peer, _ := PeerFrom(r.Context())
+	writeError(w, s.callerError(err, newRef("e"), peer))
 }

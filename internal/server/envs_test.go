@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -22,7 +21,7 @@ func (f *fakeEnvs) Envs(context.Context) (*api.EnvList, error) {
 func (f *fakeEnvs) BuildEnv(_ context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
 	f.built = req
 	if req.Dependencies[0] == "cbmissing" {
-		return nil, fmt.Errorf("%w: pip could not install cbmissing", ErrDependency)
+		return nil, api.Errorf(api.ErrDependency, "dependencies", "pip could not install cbmissing")
 	}
 	return &api.EnvBuildResult{Environment: &api.Environment{ID: "e2"}, Python: "3.12.1"}, nil
 }
@@ -30,11 +29,11 @@ func (f *fakeEnvs) BuildEnv(_ context.Context, req *api.EnvBuildRequest) (*api.E
 func (f *fakeEnvs) RemoveEnv(_ context.Context, id string) (*api.EnvRemoveResult, error) {
 	switch id {
 	case "busy":
-		return nil, fmt.Errorf("%w: attached to 1 run", ErrInUse)
+		return nil, api.Wrap(api.ErrInUse, "id", errors.New("attached to 1 run"))
 	case "e1":
 		return &api.EnvRemoveResult{Removed: []api.EnvInfo{{ID: id}}}, nil
 	}
-	return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	return nil, api.Errorf(api.ErrNotFound, "id", "%q", id)
 }
 
 func (f *fakeEnvs) PruneEnvs(context.Context) (*api.EnvRemoveResult, error) {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
 )
 
 // Executor carries out validated runs. The daemon's executor puts them in
@@ -26,18 +28,12 @@ import (
 type Executor interface {
 	// Execute carries out one run with the given limits. onOutput, if not
 	// nil, receives output while the program runs. Errors are classified
-	// with the sentinels of this package (see ErrUnknownPython and co.).
+	// with api's error classes (api.Errorf, api.Wrap, or a class wrapped
+	// with %w); anything unclassified is an internal error.
 	Execute(ctx context.Context, id string, req *api.RunRequest, limits api.Limits, onOutput func(stream string, p []byte)) (*api.Result, error)
 	// Info describes the executor's side of the daemon.
 	Info() api.Info
 }
-
-// Error classes an Executor wraps so that the server can map them.
-var (
-	ErrUnknownPython = errors.New("unknown python version")
-	ErrDependency    = errors.New("dependencies could not be installed")
-	ErrBadRequest    = errors.New("bad request")
-)
 
 // Config configures a Server.
 type Config struct {
@@ -45,25 +41,14 @@ type Config struct {
 	MaxConcurrent    int
 	QueueSize        int
 	// Allowed decides whether a peer may use the API.
-	Allowed func(Peer) bool
+	Allowed func(peercred.Peer) bool
 	Log     *slog.Logger
 	// Observer, if set, is told about every finished run (audit, metrics),
 	// and about every run request refused before it ran.
-	Observer func(RunRecord)
+	Observer func(record.Run)
 	// Metrics, if set, is served at GET /metrics (behind the same
 	// peer-credential check as the API).
 	Metrics http.Handler
-}
-
-// RunRecord is what the server knows about a finished run. For a request
-// refused before it ran, Result holds only the Error, Result.RunID is empty
-// and Request is nil if the body could not be decoded.
-type RunRecord struct {
-	Peer     Peer
-	Request  *api.RunRequest
-	Result   *api.Result
-	Started  time.Time
-	Duration time.Duration
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -87,7 +72,7 @@ func New(cfg Config, exec Executor) *Server {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Allowed == nil {
-		cfg.Allowed = func(p Peer) bool { return p.UID == 0 }
+		cfg.Allowed = func(p peercred.Peer) bool { return p.UID == 0 }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
@@ -169,8 +154,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.Error("panic in handler", "path", r.URL.Path, "panic", v)
-				writeError(w, api.Errorf(api.ErrInternal, "", "internal error"))
+				ref := newRef("e")
+				s.log.Error("panic in handler", "ref", ref, "path", r.URL.Path, "panic", v)
+				writeError(w, internalError(ref))
 			}
 		}()
 		p, ok := PeerFrom(r.Context())
@@ -248,14 +234,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.exec.Execute(ctx, id, req, limits, onOutput)
 	if err != nil {
-		res = &api.Result{Error: classify(err)}
+		res = &api.Result{Error: s.callerError(err, id, peer)}
 		if ctx.Err() != nil && r.Context().Err() != nil {
 			res.Error = api.Errorf(api.ErrCanceled, "", "the caller went away")
-		}
-		// Callers' mistakes are in the run's log line below; only the
-		// daemon's own failures are errors.
-		if res.Error.Type == api.ErrInternal {
-			s.log.Error("run failed", "run", id, "uid", peer.UID, "err", err)
 		}
 	}
 	if res.Phases != nil {
@@ -270,7 +251,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	s.logRun(peer, id, res, started)
 	if s.cfg.Observer != nil {
-		s.cfg.Observer(RunRecord{Peer: peer, Request: req, Result: res, Started: started, Duration: time.Since(started)})
+		s.cfg.Observer(record.Run{Peer: peer, Request: req, Result: res, Started: started, Duration: time.Since(started)})
 	}
 	if sw != nil {
 		sw.result(res)
@@ -278,16 +259,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if res.Error != nil {
-		status = statusOf(res.Error.Type)
+		status = StatusOf(res.Error.Type)
 	}
 	writeJSON(w, status, res)
 }
 
 // refuse answers a run request that will not be carried out, and tells the
 // observer.
-func (s *Server) refuse(w http.ResponseWriter, p Peer, req *api.RunRequest, started time.Time, e *api.Error) {
+func (s *Server) refuse(w http.ResponseWriter, p peercred.Peer, req *api.RunRequest, started time.Time, e *api.Error) {
 	if s.cfg.Observer != nil {
-		s.cfg.Observer(RunRecord{Peer: p, Request: req, Result: &api.Result{Error: e}, Started: started, Duration: time.Since(started)})
+		s.cfg.Observer(record.Run{Peer: p, Request: req, Result: &api.Result{Error: e}, Started: started, Duration: time.Since(started)})
 	}
 	writeError(w, e)
 }
@@ -295,7 +276,7 @@ func (s *Server) refuse(w http.ResponseWriter, p Peer, req *api.RunRequest, star
 // Load reports how many runs execute now and how many wait for a slot.
 func (s *Server) Load() (running, queued int) { return s.admit.load() }
 
-func (s *Server) logRun(p Peer, id string, res *api.Result, started time.Time) {
+func (s *Server) logRun(p peercred.Peer, id string, res *api.Result, started time.Time) {
 	attrs := []any{
 		"run", id, "uid", p.UID, "pid", p.PID, "python", res.Python,
 		"exit_code", res.ExitCode, "timed_out", res.TimedOut, "oom_killed", res.OOMKilled,
@@ -308,25 +289,29 @@ func (s *Server) logRun(p Peer, id string, res *api.Result, started time.Time) {
 	s.log.Info("run", attrs...)
 }
 
-// classify maps an executor error to the result's error.
-func classify(err error) *api.Error {
-	var aerr *api.Error
-	switch {
-	case errors.As(err, &aerr):
-		return aerr
-	case errors.Is(err, ErrUnknownPython):
-		return &api.Error{Type: api.ErrUnknownPython, Field: "python", Message: err.Error()}
-	case errors.Is(err, ErrDependency):
-		return &api.Error{Type: api.ErrDependency, Field: "dependencies", Message: err.Error()}
-	case errors.Is(err, ErrBadRequest):
-		return &api.Error{Type: api.ErrBadRequest, Message: err.Error()}
-	default:
-		return &api.Error{Type: api.ErrInternal, Message: err.Error()}
+// callerError is what the caller of request ref (a run id) is told about
+// err. A caller's mistake, or a class of failure the caller can act on,
+// comes back as it is; the daemon's own failure is logged here with its
+// text, and the caller gets a generic message naming ref, which finds the
+// log line.
+func (s *Server) callerError(err error, ref string, peer peercred.Peer) *api.Error {
+	e := api.ErrorOf(err)
+	if e.Type != api.ErrInternal {
+		return e
 	}
+	s.log.Error("request failed", "ref", ref, "uid", peer.UID, "err", err)
+	return internalError(ref)
 }
 
-// statusOf maps an error type to its HTTP status.
-func statusOf(t api.ErrorType) int {
+// internalError is the one message a caller gets for the daemon's own
+// failures: their text may name host paths and is for the operator.
+func internalError(ref string) *api.Error {
+	return api.Errorf(api.ErrInternal, "", "cellblockd failed to carry out the request (reference %s in its log)", ref)
+}
+
+// StatusOf maps an error class to its HTTP status: the only place that
+// does.
+func StatusOf(t api.ErrorType) int {
 	switch t {
 	case api.ErrBadRequest, api.ErrOverLimit, api.ErrUnknownPython:
 		return http.StatusBadRequest
@@ -336,6 +321,10 @@ func statusOf(t api.ErrorType) int {
 		return http.StatusUnprocessableEntity
 	case api.ErrForbidden:
 		return http.StatusForbidden
+	case api.ErrNotFound:
+		return http.StatusNotFound
+	case api.ErrInUse:
+		return http.StatusConflict
 	case api.ErrBusy:
 		return http.StatusTooManyRequests
 	case api.ErrUnavailable:
@@ -348,7 +337,7 @@ func statusOf(t api.ErrorType) int {
 }
 
 func writeError(w http.ResponseWriter, e *api.Error) {
-	writeJSON(w, statusOf(e.Type), &api.Result{Error: e})
+	writeJSON(w, StatusOf(e.Type), &api.Result{Error: e})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -358,8 +347,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func newRunID() string {
+func newRunID() string { return newRef("r") }
+
+// newRef is a fresh random id with prefix: run ids ("r") and references
+// to log lines about requests that are not runs ("e").
+func newRef(prefix string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return "r" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/client"
+	"github.com/cellblock/cellblock/internal/peercred"
 )
 
 // fakeExecutor stands in for the jail in these unit tests of the HTTP
@@ -63,7 +65,7 @@ func serve(t *testing.T, exec Executor, cfg Config) (*client.Client, func()) {
 	}
 	if cfg.Allowed == nil {
 		me := uint32(os.Getuid())
-		cfg.Allowed = func(p Peer) bool { return p.UID == me }
+		cfg.Allowed = func(p peercred.Peer) bool { return p.UID == me }
 	}
 	s := New(cfg, exec)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -110,7 +112,7 @@ func TestStreamKeepsSplitCharacters(t *testing.T) {
 }
 
 func TestRefusedPeer(t *testing.T) {
-	c, stop := serve(t, &fakeExecutor{}, Config{Allowed: func(Peer) bool { return false }})
+	c, stop := serve(t, &fakeExecutor{}, Config{Allowed: func(peercred.Peer) bool { return false }})
 	defer stop()
 	res, err := c.Run(context.Background(), &api.RunRequest{Code: "x"})
 	if err != nil || res.Error == nil || res.Error.Type != api.ErrForbidden {
@@ -122,20 +124,36 @@ func TestRefusedPeer(t *testing.T) {
 	}
 }
 
+// An executor's error reaches the caller by its class, wherever the class
+// is in the chain; the daemon's own failures reach it only as a generic
+// message naming the run, never with their text.
 func TestErrorClasses(t *testing.T) {
 	for _, c := range []struct {
-		err  error
-		want api.ErrorType
+		err   error
+		want  api.ErrorType
+		field string
 	}{
-		{fmt.Errorf("%w: 3.99 (have 3.11.7)", ErrUnknownPython), api.ErrUnknownPython},
-		{fmt.Errorf("wrap: %w", ErrDependency), api.ErrDependency},
-		{errors.New("disk on fire"), api.ErrInternal},
+		{api.Wrap(api.ErrUnknownPython, "python", errors.New("3.99 (have 3.11.7)")), api.ErrUnknownPython, "python"},
+		{fmt.Errorf("resolve: %w", api.Errorf(api.ErrDependency, "dependencies", "no installer")), api.ErrDependency, "dependencies"},
+		{fmt.Errorf("wrap: %w", api.ErrBadRequest), api.ErrBadRequest, ""},
+		{fmt.Errorf("open /var/lib/cellblock/secret: %w", os.ErrPermission), api.ErrInternal, ""},
 	} {
-		cl, stop := serve(t, &fakeExecutor{err: c.err}, Config{})
+		var logs strings.Builder
+		cl, stop := serve(t, &fakeExecutor{err: c.err}, Config{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 		res, err := cl.Run(context.Background(), &api.RunRequest{Code: "x"})
 		stop()
-		if err != nil || res.Error == nil || res.Error.Type != c.want {
+		if err != nil || res.Error == nil || res.Error.Type != c.want || res.Error.Field != c.field {
 			t.Errorf("%v: %+v %v", c.err, res, err)
+			continue
+		}
+		if c.want != api.ErrInternal {
+			continue
+		}
+		if strings.Contains(res.Error.Message, "secret") || !strings.Contains(res.Error.Message, res.RunID) {
+			t.Errorf("internal error told the caller %q (run %s)", res.Error.Message, res.RunID)
+		}
+		if !strings.Contains(logs.String(), "secret") || !strings.Contains(logs.String(), res.RunID) {
+			t.Errorf("internal error not logged with its run id: %s", logs.String())
 		}
 	}
 }
@@ -184,7 +202,7 @@ func TestDrainRefusesNewRunsAndKillsAfterGrace(t *testing.T) {
 	}
 	me := uint32(os.Getuid())
 	s := New(Config{Defaults: testLimits, Maxima: testLimits, MaxConcurrent: 2, QueueSize: 2,
-		Allowed: func(p Peer) bool { return p.UID == me }}, f)
+		Allowed: func(p peercred.Peer) bool { return p.UID == me }}, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln, 300*time.Millisecond) }()

@@ -1,4 +1,4 @@
-package daemon
+package deps
 
 import (
 	"errors"
@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/rootfs"
 )
 
@@ -58,7 +57,7 @@ func TestPickPython(t *testing.T) {
 		{"", "garbage", "spec garbage", "", api.ErrBadRequest},
 	} {
 		f := &fakePicker{}
-		py, err := pickPython(f, c.python, c.requires)
+		py, err := PickPython(f, c.python, c.requires)
 		if f.asked != c.asked {
 			t.Errorf("python %q requires %q: asked %q, want %q", c.python, c.requires, f.asked, c.asked)
 		}
@@ -68,14 +67,7 @@ func TestPickPython(t *testing.T) {
 			}
 			continue
 		}
-		var aerr *api.Error
-		switch {
-		case errors.As(err, &aerr):
-			if aerr.Type != c.errType {
-				t.Errorf("python %q requires %q: error %v, want %s", c.python, c.requires, err, c.errType)
-			}
-		case c.errType == api.ErrUnknownPython && errors.Is(err, server.ErrUnknownPython):
-		default:
+		if !errors.Is(err, c.errType) || api.ErrorOf(err).Type != c.errType {
 			t.Errorf("python %q requires %q: error %v, want %s", c.python, c.requires, err, c.errType)
 		}
 		if c.errType == api.ErrUnknownPython && !strings.Contains(err.Error(), "available: 3.11.7, 3.12.1") {
@@ -85,22 +77,22 @@ func TestPickPython(t *testing.T) {
 }
 
 func TestRequirements(t *testing.T) {
-	got, err := requirements([]string{"Rich>=13", "cbalpha"}, []string{"cbalpha", "rich >= 13", "CB_Gamma<2"})
+	got, err := Requirements([]string{"Rich>=13", "cbalpha"}, []string{"cbalpha", "rich >= 13", "CB_Gamma<2"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"cb-gamma<2", "cbalpha", "rich>=13"}; !slices.Equal(got, want) {
 		t.Errorf("merged %q, want %q", got, want)
 	}
-	if got, err := requirements(nil, nil); err != nil || len(got) != 0 {
+	if got, err := Requirements(nil, nil); err != nil || len(got) != 0 {
 		t.Errorf("no requirements: %q, %v", got, err)
 	}
 	var aerr *api.Error
-	_, err = requirements([]string{"ok"}, []string{"fine", "--index-url=http://evil"})
+	_, err = Requirements([]string{"ok"}, []string{"fine", "--index-url=http://evil"})
 	if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || aerr.Field != "dependencies[1]" {
 		t.Errorf("bad request dependency: %v", err)
 	}
-	_, err = requirements([]string{"pkg @ https://example.com/pkg.whl"}, nil)
+	_, err = Requirements([]string{"pkg @ https://example.com/pkg.whl"}, nil)
 	if !errors.As(err, &aerr) || aerr.Field != "code" || !strings.Contains(aerr.Message, "PEP 723") {
 		t.Errorf("bad script dependency: %v", err)
 	}
@@ -108,7 +100,7 @@ func TestRequirements(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("pkg%d", i)
 	}
-	if _, err := requirements(many, nil); !errors.As(err, &aerr) || aerr.Field != "dependencies" {
+	if _, err := Requirements(many, nil); !errors.As(err, &aerr) || aerr.Field != "dependencies" {
 		t.Errorf("too many requirements: %v", err)
 	}
 }
@@ -154,7 +146,7 @@ func TestSiteDir(t *testing.T) {
 		}
 		return rootfs.Python{ID: "cpython-3.11.7", Version: "3.11.7", Dir: root}
 	}
-	d := &dependencies{}
+	d := &Manager{}
 	upstream := mk("usr/lib/python3.11/site-packages")
 	if got, err := d.siteDir(upstream); err != nil || got != "/usr/lib/python3.11/site-packages" {
 		t.Errorf("upstream layout: %q, %v", got, err)
@@ -168,7 +160,7 @@ func TestSiteDir(t *testing.T) {
 	if got, err := d.siteDir(pre); err != nil || got != "/usr/lib/python3.13/site-packages" {
 		t.Errorf("pre-release: %q, %v", got, err)
 	}
-	if _, err := d.siteDir(mk()); !errors.Is(err, server.ErrDependency) {
+	if _, err := d.siteDir(mk()); !errors.Is(err, api.ErrDependency) {
 		t.Errorf("no site-packages: %v", err)
 	}
 }

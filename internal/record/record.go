@@ -1,6 +1,26 @@
-package server
+// Package record is what the daemon keeps of each run request once it is
+// answered: who asked, what, and how it ended, classified in one word. The
+// audit log and the metrics read the same records and classify runs the
+// same way; neither depends on the server that makes them.
+package record
 
-import "github.com/cellblock/cellblock/internal/api"
+import (
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+)
+
+// Run is what the server knows about a finished run. For a request refused
+// before it ran, Result holds only the Error, Result.RunID is empty and
+// Request is nil if the body could not be decoded.
+type Run struct {
+	Peer     peercred.Peer
+	Request  *api.RunRequest
+	Result   *api.Result
+	Started  time.Time
+	Duration time.Duration
+}
 
 // Outcomes of a run request: one word that the metrics count by and the
 // audit log records, so that both classify a run the same way.

@@ -1,4 +1,10 @@
-package daemon
+// Package runs carries out validated run requests: it turns a request into
+// a jail spec (interpreter, dependency environment, limits), runs it in a
+// prestarted jail or one built for it, retries once a jail that never
+// launched, and turns the jail's outcome into the result object. It also
+// proves at start-up that jails work on this host (Probe). It implements
+// the server's Executor; it neither listens nor parses flags.
+package runs
 
 import (
 	"context"
@@ -10,36 +16,81 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
 )
 
-// executor turns validated requests into jail specs and outcomes into
+// Config is what an Executor is built from: the daemon's objects, all
+// ready (the Runner already probed).
+type Config struct {
+	// Version is the daemon's version, for Info.
+	Version string
+	Store   *rootfs.Store
+	Runner  *nsjail.Runner
+	Cgroups *cgroup.Root
+	// Deps builds and attaches dependency environments.
+	Deps *deps.Manager
+	// Defaults are the limits of a request that names none: prestarted
+	// jails are built for them.
+	Defaults api.Limits
+	// Prestart jails are kept ready for runs on the default Python with
+	// no dependencies and the default limits; 0 keeps none.
+	Prestart int
+	// OpenFiles is every run's RLIMIT_NOFILE.
+	OpenFiles uint64
+	Log       *slog.Logger
+}
+
+// Executor turns validated requests into jail specs and outcomes into
 // results.
-type executor struct {
-	cfg        config.Config
-	store      *rootfs.Store
-	runner     *nsjail.Runner
-	cgRoot     *cgroup.Root
-	initBinary string
-	log        *slog.Logger
-	// deps builds and attaches dependency environments (envs.go).
-	deps *dependencies
-	// pool holds jails started ahead of requests; nil with --prestart 0.
+type Executor struct {
+	cfg    Config
+	store  *rootfs.Store
+	runner *nsjail.Runner
+	log    *slog.Logger
+	deps   *deps.Manager
+	// pool holds jails started ahead of requests; nil with Prestart 0.
 	pool *nsjail.Pool
 }
 
+// New returns an executor for cfg and starts keeping cfg.Prestart jails
+// ready on py, the default Python. Close it to tear them down.
+func New(cfg Config, py rootfs.Python) (*Executor, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Store == nil || cfg.Runner == nil || cfg.Cgroups == nil || cfg.Deps == nil {
+		return nil, errors.New("runs: Store, Runner, Cgroups and Deps are required")
+	}
+	e := &Executor{cfg: cfg, store: cfg.Store, runner: cfg.Runner, log: cfg.Log, deps: cfg.Deps}
+	if cfg.Prestart > 0 {
+		spec := e.spec("prestart", py, &api.RunRequest{}, cfg.Defaults, nil)
+		pool, err := e.runner.NewPool(spec, cfg.Prestart)
+		if err != nil {
+			return nil, fmt.Errorf("prestart jails: %w", err)
+		}
+		e.pool = pool
+	}
+	return e, nil
+}
+
+// Close tears down the prestarted jails.
+func (e *Executor) Close() error { return e.pool.Close() }
+
+// PrestartReady is how many prestarted jails wait now.
+func (e *Executor) PrestartReady() int { return e.pool.Ready() }
+
 // Execute implements server.Executor.
-func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
 	// The interpreter (the request's, else the script's requires-python)
 	// and the dependency environment, built on a miss.
-	py, env, err := e.resolveRun(ctx, req)
+	py, env, err := e.deps.Resolve(ctx, e.store, req)
 	if err != nil {
 		return nil, err
 	}
-	defer env.release()
-	spec := e.spec(id, py, req, l, env.mounts())
+	defer env.Release()
+	spec := e.spec(id, py, req, l, env.Mounts())
 	out, err := e.run(ctx, spec, onOutput)
 	if err != nil {
 		return nil, err
@@ -47,8 +98,8 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	res := resultOf(out)
 	res.Python = py.Version
 	res.Limits = &l
-	res.Environment = env.result()
-	res.Phases.EnvUs = env.micros()
+	res.Environment = env.Result()
+	res.Phases.EnvUs = env.Micros()
 	if out.Canceled && ctx.Err() != nil {
 		res.Error = api.Errorf(api.ErrCanceled, "", "the run was cancelled")
 	}
@@ -61,7 +112,7 @@ func (e *executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 // prestarted jail whose init died nor a rare failure of libcontainer's
 // start (seen once in CI, its nsexec stages losing their sync socket)
 // fails the request.
-func (e *executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
+func (e *Executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
 	var out *nsjail.Outcome
 	var err error
 	if j := e.pool.Take(spec); j != nil {
@@ -74,21 +125,6 @@ func (e *executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(str
 	}
 	e.log.Warn("a jail could not be launched; building another", "run", spec.ID, "err", err)
 	return e.runner.Run(ctx, spec, onOutput)
-}
-
-// prestart starts keeping cfg.Prestart jails ready for runs on py with no
-// dependencies and the default limits.
-func (e *executor) prestart(py rootfs.Python) error {
-	if e.cfg.Prestart == 0 {
-		return nil
-	}
-	spec := e.spec("prestart", py, &api.RunRequest{}, e.cfg.Defaults, nil)
-	pool, err := e.runner.NewPool(spec, e.cfg.Prestart)
-	if err != nil {
-		return fmt.Errorf("prestart jails: %w", err)
-	}
-	e.pool = pool
-	return nil
 }
 
 // resultOf maps a jail outcome to the contract's result object.
@@ -116,7 +152,7 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 }
 
 // spec describes the run of req on py under limits l with mounts.
-func (e *executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.Limits, mounts []nsjail.Mount) *nsjail.Spec {
+func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.Limits, mounts []nsjail.Mount) *nsjail.Spec {
 	spec := &nsjail.Spec{
 		ID:         id,
 		Rootfs:     py.Dir,
@@ -132,7 +168,7 @@ func (e *executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 			CPUs:        l.CPUs,
 			OutputBytes: l.OutputBytes,
 			TmpBytes:    l.TmpBytes,
-			OpenFiles:   config.DefaultOpenFiles,
+			OpenFiles:   e.cfg.OpenFiles,
 		},
 		Mounts: mounts,
 	}
@@ -146,19 +182,17 @@ func (e *executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 }
 
 // Info implements server.Executor.
-func (e *executor) Info() api.Info {
+func (e *Executor) Info() api.Info {
 	info := api.Info{
-		Version:       Version,
-		CgroupMode:    string(e.cgRoot.Mode()),
+		Version:       e.cfg.Version,
+		CgroupMode:    string(e.cfg.Cgroups.Mode()),
 		UserNamespace: e.runner.UserNamespace(),
 		Seccomp:       true,
 		Network:       "none: a private network namespace with only loopback",
 		Filesystem:    "read-only root; writable tmpfs at /tmp, /work (the working directory and HOME) and /dev/shm, each of tmp_bytes",
 		Prestart:      e.cfg.Prestart,
 		PrestartReady: e.pool.Ready(),
-	}
-	if e.deps != nil {
-		info.Dependencies = e.deps.info()
+		Dependencies:  e.deps.Info(),
 	}
 	pys, err := e.store.List()
 	if err != nil {
@@ -170,10 +204,30 @@ func (e *executor) Info() api.Info {
 	return info
 }
 
-// probe runs one trivial program to prove the whole jail works before the
-// daemon says it is ready. With --userns=auto a kernel that refuses user
-// namespaces in practice gets a runner without them.
-func (e *executor) probe(ctx context.Context, py rootfs.Python) (*nsjail.Runner, error) {
+// Envs implements server.EnvManager.
+func (e *Executor) Envs(ctx context.Context) (*api.EnvList, error) { return e.deps.List(), nil }
+
+// BuildEnv implements server.EnvManager.
+func (e *Executor) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
+	return e.deps.Build(ctx, e.store, req)
+}
+
+// RemoveEnv implements server.EnvManager.
+func (e *Executor) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error) {
+	return e.deps.Remove(id)
+}
+
+// PruneEnvs implements server.EnvManager.
+func (e *Executor) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
+	return e.deps.Prune()
+}
+
+// Probe runs one trivial program on py to prove the whole jail works
+// before the daemon says it is ready, and returns the runner that works.
+// When runner fails and fallback is not nil (the daemon's --userns=auto
+// with a user namespace), a kernel that refuses user namespaces in
+// practice gets fallback's runner, without them, if that one works.
+func Probe(ctx context.Context, runner *nsjail.Runner, py rootfs.Python, fallback func() (*nsjail.Runner, error), log *slog.Logger) (*nsjail.Runner, error) {
 	try := func(r *nsjail.Runner) error {
 		spec := &nsjail.Spec{
 			ID: "probe-" + fmt.Sprint(time.Now().UnixNano()), Rootfs: py.Dir, Python: py.Executable,
@@ -190,17 +244,15 @@ func (e *executor) probe(ctx context.Context, py rootfs.Python) (*nsjail.Runner,
 		}
 		return nil
 	}
-	err := try(e.runner)
+	err := try(runner)
 	if err == nil {
-		return e.runner, nil
+		return runner, nil
 	}
-	if !e.runner.UserNamespace() || e.cfg.UserNS != "auto" {
+	if fallback == nil {
 		return nil, fmt.Errorf("the jail does not work on this host: %w", err)
 	}
-	e.log.Warn("jail with a user namespace failed; falling back to none", "err", err)
-	cfg := e.cfg
-	cfg.UserNS = "off"
-	r, nerr := newRunner(cfg, e.cgRoot, e.initBinary, e.log)
+	log.Warn("jail with a user namespace failed; falling back to none", "err", err)
+	r, nerr := fallback()
 	if nerr != nil {
 		return nil, errors.Join(err, nerr)
 	}

@@ -1,7 +1,8 @@
-package daemon
-
-// Dependencies: how a run's requirements become a read-only environment
-// attached to its jail.
+// Package deps resolves what a run depends on, its interpreter and its
+// packages, and attaches the packages to its jail as a read-only
+// environment. It owns the daemon's environment store (rootfs/envs) and
+// the build jails that fill it; it does not run programs of its own
+// outside a jail.
 //
 //  1. The requirements are the script's PEP 723 "dependencies" merged with
 //     the request's (the CLI's --with, the MCP tool's dependencies), each
@@ -32,9 +33,11 @@ package daemon
 //     overlay mount at / is silently not applied), a per-run overlay would
 //     need per-run upper and work directories and a mount the daemon must
 //     own and undo, and the environment is read-only anyway.
+package deps
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,9 +53,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/internal/pep723"
-	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
 	"github.com/cellblock/cellblock/rootfs/envs"
@@ -69,24 +70,41 @@ const (
 // maxRequirements bounds a run's merged requirements.
 const maxRequirements = 2 * api.MaxDeps
 
-// buildScript is the build jail's program. It checks that the target is a
-// site-packages directory of this interpreter (where runs will find the
-// packages), then becomes uv or runs pip from the wheel on PYTHONPATH.
-const buildScript = `import os, site, sys
-target, mode = sys.argv[1], sys.argv[2]
-if target not in site.getsitepackages():
-    sys.exit("cellblock: %s is not a site-packages directory of this Python %s" % (target, site.getsitepackages()))
-if mode == "uv":
-    os.execv(sys.argv[3], sys.argv[3:])
-import runpy
-sys.argv = ["pip"] + sys.argv[3:]
-runpy.run_module("pip", run_name="__main__", alter_sys=True)
-`
+// buildScript is the build jail's program (build.py). It checks that the
+// target is a site-packages directory of this interpreter (where runs will
+// find the packages), then becomes uv or runs pip from the wheel on
+// PYTHONPATH.
+//
+//go:embed build.py
+var buildScript []byte
 
-// dependencies is the daemon's dependency handling: the environment store,
+// Config is how the daemon builds and keeps environments.
+type Config struct {
+	// Dir is the environment store's directory (<state-dir>/envs).
+	Dir string
+	// Index is where packages come from; its FindLinks are resolved to
+	// real absolute directories by Open.
+	Index envs.Index
+	// AllowSdist lets builds run source distributions' build code
+	// (PolicyAllowSdist); otherwise only wheels are installed.
+	AllowSdist bool
+	// BuildTimeout and BuildMemory bound one build jail; BuildCPUs is its
+	// CPU quota.
+	BuildTimeout time.Duration
+	BuildMemory  int64
+	BuildCPUs    float64
+	// CacheBytes is the store's size budget.
+	CacheBytes int64
+	// Runner builds the build jails: the daemon's, after its probe.
+	Runner *nsjail.Runner
+	Log    *slog.Logger
+}
+
+// Manager is the daemon's dependency handling: the environment store,
 // where packages come from and how builds are limited.
-type dependencies struct {
+type Manager struct {
 	store  *envs.Store
+	runner *nsjail.Runner
 	index  envs.Index
 	policy envs.Policy
 	// uv is the host path of uv and uvVersion what `uv --version` said;
@@ -98,27 +116,32 @@ type dependencies struct {
 	siteDirs sync.Map // rootfs directory -> in-rootfs site-packages path
 }
 
-// openDependencies checks the sources of packages, looks for uv and opens
-// the environment store in <state-dir>/envs.
-func openDependencies(cfg config.Config, log *slog.Logger) (*dependencies, error) {
-	d := &dependencies{
-		index:  envs.Index{URL: cfg.IndexURL, NoIndex: cfg.NoIndex},
+// Open checks the sources of packages, looks for uv and opens the
+// environment store.
+func Open(cfg Config) (*Manager, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Manager{
+		runner: cfg.Runner,
+		index:  envs.Index{URL: cfg.Index.URL, NoIndex: cfg.Index.NoIndex},
 		policy: envs.PolicyWheelsOnly,
 		log:    log,
 		limits: nsjail.Limits{
-			Timeout:     cfg.EnvBuildTimeout,
-			MemoryBytes: cfg.EnvBuildMemory,
+			Timeout:     cfg.BuildTimeout,
+			MemoryBytes: cfg.BuildMemory,
 			Pids:        512,
-			CPUs:        cfg.Maxima.CPUs,
+			CPUs:        cfg.BuildCPUs,
 			OutputBytes: 16 << 20,
-			TmpBytes:    cfg.EnvBuildMemory,
+			TmpBytes:    cfg.BuildMemory,
 			OpenFiles:   4096,
 		},
 	}
 	if cfg.AllowSdist {
 		d.policy = envs.PolicyAllowSdist
 	}
-	for _, dir := range cfg.FindLinks {
+	for _, dir := range cfg.Index.FindLinks {
 		abs, err := filepath.Abs(dir)
 		if err == nil {
 			abs, err = filepath.EvalSymlinks(abs)
@@ -148,8 +171,8 @@ func openDependencies(cfg config.Config, log *slog.Logger) (*dependencies, error
 		}
 	}
 	store, err := envs.Open(envs.Config{
-		Dir:       filepath.Join(cfg.StateDir, "envs"),
-		Budget:    cfg.EnvCacheSize,
+		Dir:       cfg.Dir,
+		Budget:    cfg.CacheBytes,
 		MaxBuilds: max(1, runtime.NumCPU()/2),
 		Log:       log,
 	})
@@ -189,19 +212,19 @@ func unreadableByOthers(dir string) string {
 	return ""
 }
 
-// close cancels builds in progress and waits for them.
-func (d *dependencies) close() { d.store.Close() }
+// Close cancels builds in progress and waits for them.
+func (d *Manager) Close() { d.store.Close() }
 
 // installerName describes the installer builds use.
-func (d *dependencies) installerName() string {
+func (d *Manager) installerName() string {
 	if d.uv != "" {
 		return d.uvVersion
 	}
 	return "pip (each Python's own, from its ensurepip wheel)"
 }
 
-// info is the Info's dependency section.
-func (d *dependencies) info() *api.DependencyInfo {
+// Info is the daemon Info's dependency section.
+func (d *Manager) Info() *api.DependencyInfo {
 	st := d.store.Stats()
 	return &api.DependencyInfo{
 		Installer:    d.installerName(),
@@ -217,21 +240,21 @@ func (d *dependencies) info() *api.DependencyInfo {
 	}
 }
 
-// pythonPicker is the part of the rootfs store that chooses interpreters.
-type pythonPicker interface {
+// Picker is the part of the rootfs store that chooses interpreters.
+type Picker interface {
 	Pick(version string) (rootfs.Python, error)
 	PickSpecifier(spec string) (rootfs.Python, error)
 }
 
-// pickPython chooses the run's interpreter: the request's python when set
+// PickPython chooses a run's interpreter: the request's python when set
 // (an explicit choice wins over the script's metadata, as with uv run
 // --python), else the best one satisfying the script's requires-python,
 // else the default.
-func pickPython(p pythonPicker, python, requiresPython string) (rootfs.Python, error) {
+func PickPython(p Picker, python, requiresPython string) (rootfs.Python, error) {
 	if python != "" || strings.TrimSpace(requiresPython) == "" {
 		py, err := p.Pick(python)
 		if errors.Is(err, rootfs.ErrUnknownVersion) {
-			return py, fmt.Errorf("%w: %w", server.ErrUnknownPython, err)
+			return py, api.Wrap(api.ErrUnknownPython, "python", err)
 		}
 		return py, err
 	}
@@ -245,10 +268,10 @@ func pickPython(p pythonPicker, python, requiresPython string) (rootfs.Python, e
 	return py, err
 }
 
-// requirements merges the script's PEP 723 dependencies with the
-// request's and normalizes them; an invalid one is a bad request naming
-// where it came from.
-func requirements(script, request []string) ([]string, error) {
+// Requirements merges the script's PEP 723 dependencies with the
+// request's and normalizes them: the list an environment is built from.
+// An invalid one is a bad request naming where it came from.
+func Requirements(script, request []string) ([]string, error) {
 	for _, d := range script {
 		if _, err := envs.ParseRequirement(d); err != nil {
 			return nil, api.Errorf(api.ErrBadRequest, "code", "the script's PEP 723 dependencies: %v", err)
@@ -266,34 +289,32 @@ func requirements(script, request []string) ([]string, error) {
 	return envs.Normalize(merged)
 }
 
-// attachment is a run's environment: held until the run ends.
-type attachment struct {
+// Attachment is a run's environment: held until the run ends. A nil
+// Attachment is a run without one.
+type Attachment struct {
 	lease *envs.Lease
 	mount nsjail.Mount
 	took  time.Duration
 }
 
-// resolveRun reads the run's PEP 723 metadata, picks its interpreter and,
-// when it has requirements, gets their environment (building it on a
-// miss). The attachment is nil without requirements; release it when the
-// run is over.
-func (e *executor) resolveRun(ctx context.Context, req *api.RunRequest) (rootfs.Python, *attachment, error) {
+// Resolve reads a run's PEP 723 metadata, picks its interpreter and, when
+// it has requirements, gets their environment (building it on a miss).
+// The Attachment is nil without requirements; Release it when the run is
+// over.
+func (d *Manager) Resolve(ctx context.Context, p Picker, req *api.RunRequest) (rootfs.Python, *Attachment, error) {
 	meta, err := pep723.Parse(req.Code)
 	if err != nil {
 		return rootfs.Python{}, nil, api.Errorf(api.ErrBadRequest, "code", "%v: %v", pep723.ErrMetadata, err)
 	}
-	py, err := pickPython(e.store, req.Python, meta.RequiresPython)
+	py, err := PickPython(p, req.Python, meta.RequiresPython)
 	if err != nil {
 		return py, nil, err
 	}
-	reqs, err := requirements(meta.Dependencies, req.Dependencies)
+	reqs, err := Requirements(meta.Dependencies, req.Dependencies)
 	if err != nil || len(reqs) == 0 {
 		return py, nil, err
 	}
-	if e.deps == nil {
-		return py, nil, fmt.Errorf("%w: this daemon does not install dependencies", server.ErrDependency)
-	}
-	att, err := e.deps.attach(ctx, e.runner, py, reqs)
+	att, err := d.attach(ctx, py, reqs)
 	if err != nil && ctx.Err() != nil {
 		// The caller went away or shutdown killed the run while it
 		// waited for its environment; the build goes on for the next.
@@ -303,48 +324,50 @@ func (e *executor) resolveRun(ctx context.Context, req *api.RunRequest) (rootfs.
 }
 
 // attach gets the environment of reqs for py.
-func (d *dependencies) attach(ctx context.Context, runner *nsjail.Runner, py rootfs.Python, reqs []string) (*attachment, error) {
+func (d *Manager) attach(ctx context.Context, py rootfs.Python, reqs []string) (*Attachment, error) {
 	start := time.Now()
 	site, err := d.siteDir(py)
 	if err != nil {
 		return nil, err
 	}
 	spec := envs.Spec{Python: py.Version, ABI: py.ABI, Requirements: reqs, Index: d.index, Policy: d.policy}
-	lease, err := d.store.Acquire(ctx, spec, d.builder(runner, py, site, spec))
+	lease, err := d.store.Acquire(ctx, spec, d.builder(py, site, spec))
 	if err != nil {
 		return nil, err
 	}
-	return &attachment{
+	return &Attachment{
 		lease: lease,
 		mount: nsjail.Mount{Source: lease.Site, Destination: site},
 		took:  time.Since(start),
 	}, nil
 }
 
-func (a *attachment) release() {
+// Release lets the environment go: the store may evict it once no run
+// holds it.
+func (a *Attachment) Release() {
 	if a != nil {
 		a.lease.Release()
 	}
 }
 
-// mounts are the run's extra mounts: the environment, read-only.
-func (a *attachment) mounts() []nsjail.Mount {
+// Mounts are the run's extra mounts: the environment, read-only.
+func (a *Attachment) Mounts() []nsjail.Mount {
 	if a == nil {
 		return nil
 	}
 	return []nsjail.Mount{a.mount}
 }
 
-// result is the result's environment object.
-func (a *attachment) result() *api.Environment {
+// Result is the result's environment object.
+func (a *Attachment) Result() *api.Environment {
 	if a == nil {
 		return nil
 	}
 	return environmentOf(a.lease)
 }
 
-// micros is how long getting the environment took.
-func (a *attachment) micros() int64 {
+// Micros is how long getting the environment took.
+func (a *Attachment) Micros() int64 {
 	if a == nil {
 		return 0
 	}
@@ -365,7 +388,7 @@ func environmentOf(l *envs.Lease) *api.Environment {
 // /usr/lib/pythonX.Y/site-packages is not on sys.path); others
 // /usr/lib/pythonX.Y/site-packages. The build checks the choice against
 // site.getsitepackages().
-func (d *dependencies) siteDir(py rootfs.Python) (string, error) {
+func (d *Manager) siteDir(py rootfs.Python) (string, error) {
 	if v, ok := d.siteDirs.Load(py.Dir); ok {
 		return v.(string), nil
 	}
@@ -385,7 +408,7 @@ func (d *dependencies) siteDir(py rootfs.Python) (string, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("%w: Python %s (rootfs %s) has no site-packages directory to attach packages to", server.ErrDependency, py.Version, py.ID)
+	return "", api.Errorf(api.ErrDependency, "dependencies", "Python %s (rootfs %s) has no site-packages directory to attach packages to", py.Version, py.ID)
 }
 
 // pipWheelVersion is the version in a pip wheel's file name.
@@ -404,7 +427,7 @@ func pipReports(wheel string) bool {
 }
 
 // builder returns the BuildFunc that installs spec for py in a build jail.
-func (d *dependencies) builder(runner *nsjail.Runner, py rootfs.Python, site string, spec envs.Spec) envs.BuildFunc {
+func (d *Manager) builder(py rootfs.Python, site string, spec envs.Spec) envs.BuildFunc {
 	return func(ctx context.Context, dir string) (envs.BuildResult, error) {
 		in := envs.Install{
 			Target: site, Python: py.Executable, Requirements: spec.Requirements,
@@ -415,7 +438,7 @@ func (d *dependencies) builder(runner *nsjail.Runner, py rootfs.Python, site str
 			ID:         "envbuild-" + id[:16] + "-" + fmt.Sprint(time.Now().UnixNano()%1e9),
 			Rootfs:     py.Dir,
 			Python:     py.Executable,
-			Script:     []byte(buildScript),
+			Script:     buildScript,
 			ScriptName: buildScriptName,
 			// The jail's PYTHONDONTWRITEBYTECODE=1 is for runs; a build
 			// compiles the packages' bytecode once, for every run.
@@ -448,17 +471,17 @@ func (d *dependencies) builder(runner *nsjail.Runner, py rootfs.Python, site str
 			js.Env["PYTHONPATH"] = py.PipWheel
 			js.Args = append([]string{site, "pip"}, envs.PipArgs(in)...)
 		default:
-			return envs.BuildResult{}, fmt.Errorf("%w: no installer: uv is not on cellblockd's PATH and Python %s has no pip wheel (ensurepip) in its rootfs; install uv on the host", server.ErrDependency, py.Version)
+			return envs.BuildResult{}, api.Errorf(api.ErrDependency, "dependencies", "no installer: uv is not on cellblockd's PATH and Python %s has no pip wheel (ensurepip) in its rootfs; install uv on the host", py.Version)
 		}
 		// The jail's user must own what it writes; the store gives the
 		// tree back to root and seals it afterwards.
-		uid, gid := runner.JailHostID()
+		uid, gid := d.runner.JailHostID()
 		if err := os.Lchown(dir, uid, gid); err != nil {
 			return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, err)
 		}
 		d.log.Info("environment build jail", "env", id, "installer", installer, "python", py.Version,
 			"requirements", spec.Requirements, "network", js.HostNetwork)
-		out, err := runner.Run(ctx, js, nil)
+		out, err := d.runner.Run(ctx, js, nil)
 		if err != nil {
 			return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, err)
 		}
@@ -466,13 +489,13 @@ func (d *dependencies) builder(runner *nsjail.Runner, py rootfs.Python, site str
 		case out.Canceled:
 			return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, context.Canceled)
 		case out.TimedOut:
-			return envs.BuildResult{}, fmt.Errorf("%w: %s did not finish installing %s within %s", server.ErrDependency,
+			return envs.BuildResult{}, api.Errorf(api.ErrDependency, "dependencies", "%s did not finish installing %s within %s",
 				installer, strings.Join(spec.Requirements, " "), d.limits.Timeout)
 		case out.OOMKilled:
-			return envs.BuildResult{}, fmt.Errorf("%w: %s ran out of memory (%d MiB) installing %s", server.ErrDependency,
+			return envs.BuildResult{}, api.Errorf(api.ErrDependency, "dependencies", "%s ran out of memory (%d MiB) installing %s",
 				installer, d.limits.MemoryBytes>>20, strings.Join(spec.Requirements, " "))
 		case out.ExitCode != 0:
-			return envs.BuildResult{}, fmt.Errorf("%w: %s could not install %s: %s", server.ErrDependency,
+			return envs.BuildResult{}, api.Errorf(api.ErrDependency, "dependencies", "%s could not install %s: %s",
 				installer, strings.Join(spec.Requirements, " "), installerMessage(out.Stderr, out.Stdout))
 		}
 		res := envs.BuildResult{Installer: installer}
@@ -515,53 +538,54 @@ func installerMessage(stderr, stdout []byte) string {
 	return text
 }
 
-// Envs implements server.EnvManager.
-func (e *executor) Envs(ctx context.Context) (*api.EnvList, error) {
+// List lists the cached environments.
+func (d *Manager) List() *api.EnvList {
 	list := &api.EnvList{Envs: []api.EnvInfo{}}
-	for _, in := range e.deps.store.List() {
+	for _, in := range d.store.List() {
 		list.Envs = append(list.Envs, envInfo(in))
 		list.TotalBytes += in.SizeBytes
 	}
-	list.BudgetBytes = e.deps.store.Stats().Budget
-	return list, nil
+	list.BudgetBytes = d.store.Stats().Budget
+	return list
 }
 
-// BuildEnv implements server.EnvManager.
-func (e *executor) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
+// Build builds the environment req asks for ahead of the runs that will
+// use it, or finds it.
+func (d *Manager) Build(ctx context.Context, p Picker, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
 	start := time.Now()
-	py, err := pickPython(e.store, req.Python, "")
+	py, err := PickPython(p, req.Python, "")
 	if err != nil {
 		return nil, err
 	}
-	reqs, err := requirements(nil, req.Dependencies)
+	reqs, err := Requirements(nil, req.Dependencies)
 	if err != nil {
 		return nil, err
 	}
-	att, err := e.deps.attach(ctx, e.runner, py, reqs)
+	att, err := d.attach(ctx, py, reqs)
 	if err != nil {
 		return nil, err
 	}
-	defer att.release()
-	return &api.EnvBuildResult{Environment: att.result(), Python: py.Version, DurationMs: time.Since(start).Milliseconds()}, nil
+	defer att.Release()
+	return &api.EnvBuildResult{Environment: att.Result(), Python: py.Version, DurationMs: time.Since(start).Milliseconds()}, nil
 }
 
-// RemoveEnv implements server.EnvManager.
-func (e *executor) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error) {
-	in, err := e.deps.store.Remove(id)
+// Remove deletes one environment that no run holds.
+func (d *Manager) Remove(id string) (*api.EnvRemoveResult, error) {
+	in, err := d.store.Remove(id)
 	switch {
 	case errors.Is(err, envs.ErrNotFound):
-		return nil, fmt.Errorf("%w: %q (see cellblock env ls)", server.ErrNotFound, id)
+		return nil, api.Errorf(api.ErrNotFound, "id", "no such environment: %q (see cellblock env ls)", id)
 	case errors.Is(err, envs.ErrInUse):
-		return nil, fmt.Errorf("%w: %w", server.ErrInUse, err)
+		return nil, api.Wrap(api.ErrInUse, "id", err)
 	case err != nil:
 		return nil, err
 	}
 	return &api.EnvRemoveResult{Removed: []api.EnvInfo{envInfo(in)}, FreedBytes: in.SizeBytes}, nil
 }
 
-// PruneEnvs implements server.EnvManager.
-func (e *executor) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
-	removed, err := e.deps.store.Prune()
+// Prune deletes every environment no run holds.
+func (d *Manager) Prune() (*api.EnvRemoveResult, error) {
+	removed, err := d.store.Prune()
 	res := &api.EnvRemoveResult{Removed: []api.EnvInfo{}}
 	for _, in := range removed {
 		res.Removed = append(res.Removed, envInfo(in))

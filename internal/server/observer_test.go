@@ -10,41 +10,18 @@ import (
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
 )
-
-func TestOutcome(t *testing.T) {
-	for _, c := range []struct {
-		res  *api.Result
-		want string
-	}{
-		{&api.Result{}, OutcomeOK},
-		{&api.Result{ExitCode: 1}, OutcomeExitNonzero},
-		{&api.Result{ExitCode: 137, TimedOut: true}, OutcomeTimeout},
-		{&api.Result{ExitCode: 137, OOMKilled: true}, OutcomeOOM},
-		{&api.Result{ExitCode: 137, TimedOut: true, OOMKilled: true}, OutcomeTimeout},
-		{&api.Result{Error: &api.Error{Type: api.ErrOverLimit}}, OutcomeRefused},
-		{&api.Result{Error: &api.Error{Type: api.ErrBadRequest}}, OutcomeRefused},
-		{&api.Result{Error: &api.Error{Type: api.ErrBusy}}, OutcomeBusy},
-		{&api.Result{Error: &api.Error{Type: api.ErrDependency}}, OutcomeDependency},
-		{&api.Result{ExitCode: 137, Error: &api.Error{Type: api.ErrCanceled}}, OutcomeCanceled},
-		{&api.Result{Error: &api.Error{Type: api.ErrUnavailable}}, OutcomeUnavailable},
-		{&api.Result{Error: &api.Error{Type: api.ErrInternal}}, OutcomeError},
-		{nil, OutcomeError},
-	} {
-		if got := Outcome(c.res); got != c.want {
-			t.Errorf("Outcome(%+v) = %q, want %q", c.res, got, c.want)
-		}
-	}
-}
 
 // The observer hears about runs that ran and about requests refused
 // before they ran; /metrics is served behind the peer check.
 func TestObserverAndMetricsRoute(t *testing.T) {
 	var mu sync.Mutex
-	var seen []RunRecord
+	var seen []record.Run
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "cellblock_test 1\n") })
 	cfg := Config{
-		Observer: func(r RunRecord) { mu.Lock(); seen = append(seen, r); mu.Unlock() },
+		Observer: func(r record.Run) { mu.Lock(); seen = append(seen, r); mu.Unlock() },
 		Metrics:  metrics,
 	}
 	c, stop := serve(t, &fakeExecutor{}, cfg)
@@ -56,8 +33,8 @@ func TestObserverAndMetricsRoute(t *testing.T) {
 		t.Fatalf("over the limit: %+v %v", res, err)
 	}
 	mu.Lock()
-	if len(seen) != 2 || Outcome(seen[0].Result) != OutcomeOK || seen[0].Result.RunID == "" ||
-		Outcome(seen[1].Result) != OutcomeRefused || seen[1].Request == nil || seen[1].Request.Code != "x" {
+	if len(seen) != 2 || record.Outcome(seen[0].Result) != record.OutcomeOK || seen[0].Result.RunID == "" ||
+		record.Outcome(seen[1].Result) != record.OutcomeRefused || seen[1].Request == nil || seen[1].Request.Code != "x" {
 		t.Errorf("observer saw %+v", seen)
 	}
 	mu.Unlock()
@@ -78,7 +55,7 @@ func TestObserverAndMetricsRoute(t *testing.T) {
 
 func TestMetricsRouteIsGuarded(t *testing.T) {
 	cfg := Config{
-		Allowed: func(Peer) bool { return false },
+		Allowed: func(peercred.Peer) bool { return false },
 		Metrics: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "secret 1\n") }),
 	}
 	c, stop := serve(t, &fakeExecutor{}, cfg)
