@@ -23,6 +23,7 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/pep723"
 	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/rootfs/envs"
 )
 
 // FileMode is the mode of the audit log and its rotated files: root reads
@@ -59,7 +60,10 @@ type Entry struct {
 	Filename   string `json:"filename,omitempty"`
 	// Python is the interpreter the run used, else the version asked for.
 	Python string `json:"python,omitempty"`
-	// Requirements are the script's PEP 723 dependencies and the request's.
+	// Requirements are the script's PEP 723 dependencies and the request's,
+	// merged and normalized as the environment is built from them (see
+	// deps.Requirements); as the caller spelled them when they do not
+	// normalize (such a run was refused before anything was installed).
 	Requirements []string `json:"requirements,omitempty"`
 	// Environment is the dependency environment the run got, if any.
 	Environment *Environment `json:"environment,omitempty"`
@@ -103,6 +107,9 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		e.Python = req.Python
 		meta, _ := pep723.Parse(req.Code) // a malformed block is the executor's to report
 		e.Requirements = pep723.Merge(meta.Dependencies, req.Dependencies)
+		if norm, err := envs.Normalize(e.Requirements); err == nil {
+			e.Requirements = norm
+		}
 	}
 	if res := rec.Result; res != nil {
 		e.RunID = res.RunID

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -86,7 +87,7 @@ func TestEntryFieldsAndNoCode(t *testing.T) {
 	if s, _ := e["code_sha256"].(string); len(s) != 64 {
 		t.Errorf("code_sha256 %v", e["code_sha256"])
 	}
-	if fmt.Sprint(e["requirements"]) != "[rich requests<3]" {
+	if fmt.Sprint(e["requirements"]) != "[requests<3 rich]" { // normalized and sorted, as installed
 		t.Errorf("requirements %v", e["requirements"])
 	}
 	if env, _ := e["environment"].(map[string]any); env["id"] != "env1" || fmt.Sprint(env["packages"]) != "[rich==13.7.1]" {
@@ -195,5 +196,24 @@ func TestRefusesSymlink(t *testing.T) {
 	}
 	if _, err := Open(Config{Path: path, MaxBytes: 1 << 20}, nil); err == nil {
 		t.Fatal("opened the audit log through a symbolic link")
+	}
+}
+
+// The log names the requirements as the environment was built from them:
+// merged, normalized and sorted, as the executor installs them, not as the
+// caller spelled them.
+func TestEntryRequirementsAreWhatWasInstalled(t *testing.T) {
+	rec := sampleRun()
+	rec.Request.Code = "# /// script\n# dependencies = [\"Rich>=13\", \"CB_Gamma<2\"]\n# ///\n"
+	rec.Request.Dependencies = []string{"rich >= 13", "cbalpha"}
+	want := []string{"cb-gamma<2", "cbalpha", "rich>=13"}
+	if got := NewEntry(rec, false).Requirements; !slices.Equal(got, want) {
+		t.Errorf("requirements %q, want %q", got, want)
+	}
+	// A list that does not normalize was refused before anything was
+	// installed: the log keeps what the caller asked for.
+	rec.Request.Dependencies = []string{"--index-url=http://evil"}
+	if got := NewEntry(rec, false).Requirements; !slices.Contains(got, "--index-url=http://evil") {
+		t.Errorf("refused requirements %q", got)
 	}
 }
