@@ -161,6 +161,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("rootfs store: %w", err)
 	}
+	store.SetLogger(log)
 	py, err := ensureDefault(store, cfg.Python, log)
 	if err != nil {
 		return err
