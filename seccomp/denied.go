@@ -1,5 +1,7 @@
 package seccomp
 
+import "golang.org/x/sys/unix"
+
 // Denied lists the syscalls the policy refuses on purpose, each with its
 // reason. They fail with EPERM like every syscall missing from the allowlist,
 // except clone3, which fails with ENOSYS (see its rule in policy.go).
@@ -97,4 +99,38 @@ var Denied = []DeniedSyscall{
 	{"clock_settime", "sets a system clock"},
 	{"clock_adjtime", "adjusts a system clock"},
 	{"adjtimex", "adjusts the system clock"},
+}
+
+// IP protocol numbers the socket rules name (netinet/in.h); x/sys/unix
+// lacks some of them.
+const (
+	ipprotoICMP    = 1
+	ipprotoTCP     = 6
+	ipprotoUDP     = 17
+	ipprotoICMPv6  = 58
+	ipprotoSCTP    = 132
+	ipprotoUDPLite = 136
+	ipprotoRaw     = 255
+	ipprotoMPTCP   = 262
+)
+
+// DeniedSockets lists the IP sockets the policy refuses on purpose. For
+// AF_INET and AF_INET6 the policy allows only SOCK_STREAM with TCP and
+// SOCK_DGRAM with UDP (protocol 0 or named): what ordinary Python
+// (socket, asyncio, urllib, requests, database drivers) asks for. Each
+// other protocol is its own kernel code, reachable without privilege, with
+// its own record of bugs; the jail has no use for any of them.
+var DeniedSockets = []DeniedSocket{
+	{"socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)", unix.AF_INET, unix.SOCK_STREAM, ipprotoMPTCP, "Multipath TCP: a separate protocol stack with a record of kernel bugs; plain TCP serves every Python library"},
+	{"socket(AF_INET6, SOCK_STREAM, IPPROTO_MPTCP)", unix.AF_INET6, unix.SOCK_STREAM, ipprotoMPTCP, "Multipath TCP, as for AF_INET"},
+	{"socket(AF_INET, SOCK_DGRAM, IPPROTO_UDPLITE)", unix.AF_INET, unix.SOCK_DGRAM, ipprotoUDPLite, "UDP-Lite: rarely used kernel code (CVE-2016-10229 class of UDP bugs); plain UDP serves Python"},
+	{"socket(AF_INET6, SOCK_DGRAM, IPPROTO_UDPLITE)", unix.AF_INET6, unix.SOCK_DGRAM, ipprotoUDPLite, "UDP-Lite, as for AF_INET"},
+	{"socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP)", unix.AF_INET, unix.SOCK_STREAM, ipprotoSCTP, "SCTP: a large, rarely used protocol whose module the call would load; a long record of kernel bugs"},
+	{"socket(AF_INET6, SOCK_STREAM, IPPROTO_SCTP)", unix.AF_INET6, unix.SOCK_STREAM, ipprotoSCTP, "SCTP, as for AF_INET"},
+	{"socket(AF_INET, SOCK_SEQPACKET, IPPROTO_SCTP)", unix.AF_INET, unix.SOCK_SEQPACKET, ipprotoSCTP, "SCTP's one-to-many form, as above"},
+	{"socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)", unix.AF_INET, unix.SOCK_DGRAM, ipprotoICMP, "ICMP datagram (ping) sockets: the jail has no route out, and nothing in Python needs them"},
+	{"socket(AF_INET6, SOCK_DGRAM, IPPROTO_ICMPV6)", unix.AF_INET6, unix.SOCK_DGRAM, ipprotoICMPv6, "ICMPv6 datagram (ping) sockets, as for AF_INET"},
+	{"socket(AF_INET, SOCK_RAW, IPPROTO_RAW)", unix.AF_INET, unix.SOCK_RAW, ipprotoRaw, "raw IP: forges packets; needs CAP_NET_RAW in the jail's namespace, refused here whatever the capabilities"},
+	{"socket(AF_INET6, SOCK_RAW, IPPROTO_RAW)", unix.AF_INET6, unix.SOCK_RAW, ipprotoRaw, "raw IPv6, as for AF_INET"},
+	{"socket(AF_INET, SOCK_STREAM, IPPROTO_UDP)", unix.AF_INET, unix.SOCK_STREAM, ipprotoUDP, "a protocol that does not match its type: nothing legitimate asks for it"},
 }

@@ -346,10 +346,19 @@ var policy = []rule{
 	allow("socket", argEq(arg0, unix.AF_UNIX), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM)),
 	allow("socket", argEq(arg0, unix.AF_UNIX), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM)),
 	allow("socket", argEq(arg0, unix.AF_UNIX), argMaskedEq(arg1, sockTypeMask, unix.SOCK_SEQPACKET)),
-	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM)),
-	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM)),
-	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM)),
-	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM)),
+	//
+	// For IP the protocol is pinned as well: TCP for streams, UDP for
+	// datagrams, each as 0 (the default) or by number. MPTCP, UDP-Lite,
+	// SCTP, ICMP datagrams and the rest are refused (DeniedSockets says
+	// why, one by one).
+	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM), argEq(arg2, 0)),
+	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM), argEq(arg2, ipprotoTCP)),
+	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM), argEq(arg2, 0)),
+	allow("socket", argEq(arg0, unix.AF_INET), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM), argEq(arg2, ipprotoUDP)),
+	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM), argEq(arg2, 0)),
+	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_STREAM), argEq(arg2, ipprotoTCP)),
+	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM), argEq(arg2, 0)),
+	allow("socket", argEq(arg0, unix.AF_INET6), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM), argEq(arg2, ipprotoUDP)),
 	allow("socket", argEq(arg0, unix.AF_NETLINK), argMaskedEq(arg1, sockTypeMask, unix.SOCK_RAW), argEq(arg2, unix.NETLINK_ROUTE)),
 	allow("socket", argEq(arg0, unix.AF_NETLINK), argMaskedEq(arg1, sockTypeMask, unix.SOCK_DGRAM), argEq(arg2, unix.NETLINK_ROUTE)),
 	// socketpair exists only for AF_UNIX anyway.

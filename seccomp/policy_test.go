@@ -213,3 +213,65 @@ func TestSyscallNamesResolve(t *testing.T) {
 		}
 	}
 }
+
+// socketAllowed evaluates the compiled socket rules as libseccomp would:
+// a call is allowed when every argument condition of one rule holds.
+func socketAllowed(t *testing.T, family, typ, protocol uint64) bool {
+	t.Helper()
+	args := []uint64{family, typ, protocol}
+	for _, sc := range Config().Syscalls {
+		if sc.Name != "socket" || sc.Action != configs.Allow {
+			continue
+		}
+		ok := true
+		for _, a := range sc.Args {
+			v := args[a.Index]
+			switch a.Op {
+			case configs.EqualTo:
+				ok = ok && v == a.Value
+			case configs.MaskEqualTo:
+				ok = ok && v&a.Value == a.ValueTwo
+			default:
+				t.Fatalf("socket rule %+v uses operator %v, which this test does not evaluate", sc, a.Op)
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// IP sockets: TCP and UDP only, whatever the flags; every entry of
+// DeniedSockets is refused by the table itself (the victim test proves the
+// same under the real filter).
+func TestSocketProtocols(t *testing.T) {
+	for _, fam := range []uint64{unix.AF_INET, unix.AF_INET6} {
+		for _, c := range []struct{ typ, proto uint64 }{
+			{unix.SOCK_STREAM, 0}, {unix.SOCK_STREAM | unix.SOCK_CLOEXEC, ipprotoTCP},
+			{unix.SOCK_DGRAM | unix.SOCK_NONBLOCK, 0}, {unix.SOCK_DGRAM, ipprotoUDP},
+		} {
+			if !socketAllowed(t, fam, c.typ, c.proto) {
+				t.Errorf("socket(%d, %#x, %d) is refused; Python needs it", fam, c.typ, c.proto)
+			}
+		}
+	}
+	if len(DeniedSockets) == 0 {
+		t.Fatal("DeniedSockets is empty")
+	}
+	names := map[string]bool{}
+	for _, d := range DeniedSockets {
+		if d.Reason == "" || names[d.Name] {
+			t.Errorf("DeniedSockets entry %q: empty reason or listed twice", d.Name)
+		}
+		names[d.Name] = true
+		if socketAllowed(t, uint64(d.Family), uint64(d.Type), uint64(d.Protocol)) {
+			t.Errorf("%s is allowed by the policy", d.Name)
+		}
+	}
+	for _, want := range []int{ipprotoMPTCP, ipprotoUDPLite, ipprotoSCTP, ipprotoRaw} {
+		if !slices.ContainsFunc(DeniedSockets, func(d DeniedSocket) bool { return d.Protocol == want }) {
+			t.Errorf("protocol %d is not in DeniedSockets", want)
+		}
+	}
+}

@@ -32,6 +32,14 @@ type DeniedSyscall struct {
 	Reason string
 }
 
+// DeniedSocket is a kind of socket the policy refuses on purpose, with the
+// reason: a family, type and protocol that socket(2) fails for with EPERM.
+type DeniedSocket struct {
+	Name                   string
+	Family, Type, Protocol int
+	Reason                 string
+}
+
 // architecture is the only ABI the filter admits. libseccomp kills callers
 // using any other ABI (see the package comment).
 const architecture = "amd64"

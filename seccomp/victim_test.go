@@ -195,7 +195,8 @@ func probeArgs(name string) []int64 {
 
 // TestFilterDeniesSyscalls checks that every syscall in Denied fails with
 // its errno under the filter, and the argument filters: clone with each
-// CLONE_NEW* flag, socket families and types, mknod of devices,
+// CLONE_NEW* flag, socket families, types and IP protocols (every entry of
+// DeniedSockets), mknod of devices,
 // personality, prlimit64.
 func TestFilterDeniesSyscalls(t *testing.T) {
 	requireFilter(t)
@@ -216,6 +217,14 @@ func TestFilterDeniesSyscalls(t *testing.T) {
 			errno = int(unix.EPERM)
 		}
 		probes = append(probes, probe{Name: d.Name, Nr: nr, Args: probeArgs(d.Name), Errno: errno})
+	}
+	socketNr, err := resolveSyscall("socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range DeniedSockets {
+		probes = append(probes, probe{Name: d.Name, Nr: socketNr,
+			Args: []int64{int64(d.Family), int64(d.Type), int64(d.Protocol)}, Errno: int(unix.EPERM)})
 	}
 	data, err := json.Marshal(probes)
 	if err != nil {
