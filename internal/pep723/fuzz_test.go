@@ -2,13 +2,16 @@ package pep723
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 )
 
-// FuzzParse checks that Parse never panics and that what it returns is
-// consistent: an error is an *Error naming a line of the script, and a
-// script without a "# /// script" line has no metadata.
+// FuzzParse checks that Parse never panics, that its memory stays in
+// proportion to the script (no input makes the TOML parser balloon), and
+// that what it returns is consistent: an error is an *Error naming a line
+// of the script, and a script without a "# /// script" line has no
+// metadata.
 func FuzzParse(f *testing.F) {
 	seeds := []string{
 		"",
@@ -27,12 +30,20 @@ func FuzzParse(f *testing.F) {
 		"# /// script\n# [[dependencies]]\n# a = 1\n# ///\n",
 		"#/// script\n#\n#///\n",
 		"# /// script\r# a = 1\r# ///\r",
+		"# /// script\n# dependencies = " + strings.Repeat("[", 5000) + "\n# ///\n",
+		"# /// script\n# " + strings.Repeat("a.", 5000) + "b = 1\n# ///\n",
 	}
 	for _, s := range seeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, code string) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
 		meta, err := Parse(code)
+		runtime.ReadMemStats(&after)
+		if grew, bound := after.TotalAlloc-before.TotalAlloc, uint64(64*len(code))+4<<20; grew > bound {
+			t.Fatalf("parsing a %d-byte script allocated %d bytes (bound %d)", len(code), grew, bound)
+		}
 		if err != nil {
 			var perr *Error
 			if !errors.As(err, &perr) || !errors.Is(err, ErrMetadata) {

@@ -57,6 +57,17 @@ func (e *Error) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg
 // Unwrap makes errors.Is(err, ErrMetadata) hold.
 func (e *Error) Unwrap() error { return ErrMetadata }
 
+// Bounds on the "script" block, checked before the TOML parser sees it: a
+// parser building nested values for a block of a few hundred kilobytes of
+// "[[[[..." takes hundreds of megabytes. Real metadata is a few lines.
+const (
+	// MaxBlockBytes bounds the block's TOML text.
+	MaxBlockBytes = 64 << 10
+	// MaxNesting bounds how deep the block's values may nest: arrays,
+	// inline tables and the tables that dotted keys make.
+	MaxNesting = 32
+)
+
 // blockType is the only block type this package reads.
 const blockType = "script"
 
@@ -175,6 +186,14 @@ func decode(b *block) (Metadata, error) {
 	lineOf := func(tomlLine int) int { return b.open + 1 + tomlLine }
 
 	text := strings.Join(b.content, "\n") + "\n"
+	if len(text) > MaxBlockBytes {
+		return Metadata{}, &Error{Line: b.open + 1, Msg: fmt.Sprintf(
+			"the script block is %d bytes; the maximum is %d", len(text), MaxBlockBytes)}
+	}
+	if depth, line := nesting(text); depth > MaxNesting {
+		return Metadata{}, &Error{Line: lineOf(line), Msg: fmt.Sprintf(
+			"the script block nests values more than %d deep", MaxNesting)}
+	}
 	var doc map[string]any
 	if _, err := toml.Decode(text, &doc); err != nil {
 		var perr toml.ParseError
@@ -220,6 +239,72 @@ func decode(b *block) (Metadata, error) {
 		meta.RequiresPython = s
 	}
 	return meta, nil
+}
+
+// nesting returns an upper bound of how deep the values of TOML text nest,
+// and the 1-based line where it first exceeds MaxNesting (or 0): on each
+// line, the open arrays and inline tables plus the dots outside strings
+// (dotted keys and table headers nest a table per dot; a float's dot
+// counts too, which only makes the bound looser). Strings and comments are
+// skipped, so brackets and dots inside them do not count.
+func nesting(text string) (depth, line int) {
+	open := 0 // open brackets and braces; values may span lines
+	n := 1
+	for i := 0; i < len(text); i++ {
+		dots := 0
+		for ; i < len(text) && text[i] != '\n'; i++ {
+			switch c := text[i]; c {
+			case '[', '{':
+				open++
+			case ']', '}':
+				open = max(open-1, 0)
+			case '.':
+				dots++
+			case '#':
+				for i+1 < len(text) && text[i+1] != '\n' {
+					i++
+				}
+			case '"', '\'':
+				end, lines := skipString(text, i)
+				i, n = end, n+lines
+			}
+			if d := open + dots; d > depth {
+				depth = d
+				if depth > MaxNesting && line == 0 {
+					line = n
+				}
+			}
+		}
+		n++
+	}
+	return depth, line
+}
+
+// skipString returns the index of the last byte of the TOML string that
+// opens at text[i] (basic or literal, single- or multi-line), or of the
+// text's end when it does not close, and how many newlines it spans.
+func skipString(text string, i int) (end, lines int) {
+	q := text[i]
+	delim := string(q)
+	if strings.HasPrefix(text[i:], strings.Repeat(delim, 3)) {
+		delim = strings.Repeat(delim, 3)
+	}
+	for j := i + len(delim); j < len(text); j++ {
+		switch {
+		case q == '"' && text[j] == '\\':
+			if j+1 < len(text) && text[j+1] == '\n' {
+				lines++
+			}
+			j++
+		case len(delim) == 1 && text[j] == '\n':
+			return j - 1, lines // an unclosed single-line string ends here
+		case text[j] == '\n':
+			lines++
+		case strings.HasPrefix(text[j:], delim):
+			return j + len(delim) - 1, lines
+		}
+	}
+	return len(text) - 1, lines
 }
 
 // findKeyLine returns the 1-based line of the TOML text lines on which key
