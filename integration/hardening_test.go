@@ -56,3 +56,13 @@ func TestDeepPEP723BlockIsRefusedCheaply(t *testing.T) {
 		t.Errorf("the daemon's peak memory grew from %d MiB to %d MiB", before>>20, after>>20)
 	}
 }
+
+// --allow-sdist lets package build code run in build jails that share the
+// host's network namespace: the daemon says so at every start.
+func TestAllowSdistWarnsAtStart(t *testing.T) {
+	d := startDaemon(t, "--prestart", "0", "--allow-sdist")
+	if log := d.Log(); !strings.Contains(log, `"level":"WARN","msg":"--allow-sdist: dependency builds run package build code`) ||
+		!strings.Contains(log, "loopback and its abstract Unix sockets") {
+		t.Errorf("no warning about --allow-sdist in the log:\n%s", log)
+	}
+}

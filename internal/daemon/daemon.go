@@ -188,6 +188,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.AllowSdist {
+		// Until build jails get a network namespace of their own.
+		log.Warn("--allow-sdist: dependency builds run package build code in build jails that share the host's network namespace whenever an index is configured; that code can reach services on the host's loopback and its abstract Unix sockets",
+			"no_index", cfg.NoIndex)
+	}
 	dm, err := deps.Open(deps.Config{
 		Dir:          filepath.Join(cfg.StateDir, "envs"),
 		Index:        envs.Index{URL: cfg.IndexURL, NoIndex: cfg.NoIndex, FindLinks: cfg.FindLinks},
