@@ -2,11 +2,21 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -64,5 +74,111 @@ func TestAllowSdistWarnsAtStart(t *testing.T) {
 	if log := d.Log(); !strings.Contains(log, `"level":"WARN","msg":"--allow-sdist: dependency builds run package build code`) ||
 		!strings.Contains(log, "loopback and its abstract Unix sockets") {
 		t.Errorf("no warning about --allow-sdist in the log:\n%s", log)
+	}
+}
+
+// asNobody runs a small Python HTTP client as uid 65534 (a user the
+// daemon's socket refuses) and returns the status it got for an MCP
+// initialize request to url with headers.
+func asNobody(t *testing.T, url string, headers map[string]string) string {
+	t.Helper()
+	hdrs, _ := json.Marshal(headers)
+	prog := `
+import json, sys, urllib.request, urllib.error
+body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+req = urllib.request.Request(sys.argv[1], data=body, method="POST")
+req.add_header("Content-Type", "application/json")
+req.add_header("Accept", "application/json, text/event-stream")
+for k, v in (json.loads(sys.argv[2]) or {}).items():
+    req.add_header(k, v)
+try:
+    print(urllib.request.urlopen(req, timeout=20).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+`
+	cmd := exec.Command("/usr/bin/python3", "-c", prog, url, string(hdrs))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 as nobody: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// cellblock-mcp --http must not undo the socket's access control: a user
+// the daemon refuses gets nothing through the TCP endpoint without the
+// token, and a browser page gets nothing even with it.
+func TestMCPHTTPKeepsTheSocketsAccessControl(t *testing.T) {
+	d := daemon(t)
+	url, token, _ := startMCPHTTP(t, d.Socket, "--allow-origin", "https://app.example.org")
+	bearer := "Bearer " + token
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+		want    string
+	}{
+		{"no token", nil, "401"},
+		{"wrong token", map[string]string{"Authorization": "Bearer not-the-token-at-all"}, "401"},
+		{"evil origin", map[string]string{"Authorization": bearer, "Origin": "http://evil.example"}, "403"},
+		{"allowed origin", map[string]string{"Authorization": bearer, "Origin": "https://app.example.org"}, "200"},
+	} {
+		if got := asNobody(t, url, c.headers); got != c.want {
+			t.Errorf("%s: status %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// --http unix:PATH: a local agent needs no token; the socket's peers are
+// checked like the daemon's, so uid 65534 is refused even when the file
+// mode would let it connect, and root runs code.
+func TestMCPHTTPUnixSocket(t *testing.T) {
+	d := daemon(t)
+	// A directory uid 65534 may search, so that only the peer check
+	// stands in its way once the socket's mode lets it connect.
+	dir, err := os.MkdirTemp("", "cellblock-it-mcp-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "mcp.sock")
+	_, logs := startMCPServing(t, "--socket", d.Socket, "--http", "unix:"+path)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	tr, err := transport.NewStreamableHTTP("http://localhost/mcp", transport.WithHTTPBasicClient(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	mcpInitialize(t, c, logs)
+	res, err := c.CallTool(context.Background(), mcp.CallToolRequest{Params: mcp.CallToolParams{
+		Name: "run_python", Arguments: map[string]any{"code": "print(6*7)"}}})
+	if err != nil || res.IsError || !strings.Contains(fmt.Sprint(res.Content), "42") {
+		t.Fatalf("run_python over the Unix socket: %+v, %v", res, err)
+	}
+
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	nobody := exec.Command("/usr/bin/python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+s.sendall(b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+print(s.recv(64).split(b" ")[1].decode())
+`, path)
+	nobody.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := nobody.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "403" {
+		t.Errorf("uid 65534 on the Unix socket: %v %q, want 403", err, out)
 	}
 }

@@ -86,11 +86,50 @@ func mcpStdio(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpc
 var mcpServingURL = regexp.MustCompile(`url=(http://\S+)`)
 
 // mcpHTTP starts bin/cellblock-mcp on socket with --http on a free loopback
-// port and connects to it. The server is stopped with SIGTERM at the end of
-// the test and must exit 0.
+// port and a bearer token, and connects to it. The server is stopped with
+// SIGTERM at the end of the test and must exit 0.
 func mcpHTTP(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
-	cmd := exec.Command(bin(t, "cellblock-mcp"), "--socket", socket, "--http", "127.0.0.1:0")
+	url, token, logs := startMCPHTTP(t, socket)
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, opts...)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	mcpInitialize(t, c, logs)
+	return c
+}
+
+// startMCPHTTP starts bin/cellblock-mcp on socket with --http on a free
+// loopback port and a fresh bearer token (and extra flags), and returns
+// the URL it serves, the token and what it logged. It is stopped with
+// SIGTERM at the end of the test and must exit 0.
+func startMCPHTTP(t *testing.T, socket string, extra ...string) (url, token string, logs func() string) {
+	t.Helper()
+	token = fmt.Sprintf("tok-%d-%d", time.Now().UnixNano(), os.Getpid())
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line, logs := startMCPServing(t, append([]string{"--socket", socket, "--http", "127.0.0.1:0", "--token-file", tokenFile}, extra...)...)
+	m := mcpServingURL.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("no URL in %q", line)
+	}
+	return m[1], token, logs
+}
+
+// startMCPServing starts bin/cellblock-mcp with args and waits for its log
+// line saying where it serves HTTP; it returns that line and what the
+// server logged. It is stopped with SIGTERM at the end of the test and
+// must exit 0.
+func startMCPServing(t *testing.T, args ...string) (line string, logs func() string) {
+	t.Helper()
+	cmd := exec.Command(bin(t, "cellblock-mcp"), args...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -99,14 +138,14 @@ func mcpHTTP(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpcl
 		t.Fatalf("start cellblock-mcp: %v", err)
 	}
 	stderr := &mcpLogBuffer{}
-	urls := make(chan string, 1)
+	serving := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
 			fmt.Fprintln(stderr, sc.Text())
-			if m := mcpServingURL.FindStringSubmatch(sc.Text()); m != nil {
+			if strings.Contains(sc.Text(), "serving MCP over streamable HTTP") {
 				select {
-				case urls <- m[1]:
+				case serving <- sc.Text():
 				default:
 				}
 			}
@@ -127,25 +166,14 @@ func mcpHTTP(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpcl
 			t.Errorf("cellblock-mcp (http) did not exit within 30s of SIGTERM\n%s", stderr)
 		}
 	})
-	var url string
 	select {
-	case url = <-urls:
+	case line = <-serving:
 	case err := <-done:
 		t.Fatalf("cellblock-mcp exited: %v\n%s", err, stderr)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("cellblock-mcp did not say where it serves\n%s", stderr)
 	}
-	tr, err := transport.NewStreamableHTTP(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := mcpclient.NewClient(tr, opts...)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatalf("start client: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
-	mcpInitialize(t, c, stderr.String)
-	return c
+	return line, stderr.String
 }
 
 func mcpInitialize(t *testing.T, c *mcpclient.Client, stderr func() string) {

@@ -1,6 +1,7 @@
 // Command cellblock-mcp is cellblock's MCP front end: it lets AI agents run
 // Python in cellblockd's sandbox over the Model Context Protocol, on stdio
-// (the default) or streamable HTTP (--http ADDR, endpoint /mcp). It is an
+// (the default) or streamable HTTP (--http ADDR or --http unix:PATH,
+// endpoint /mcp; a bearer token is required on TCP). It is an
 // unprivileged process that only talks to the daemon's socket; all of it
 // but the flags is in package mcpserver.
 package main
@@ -10,10 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -39,11 +40,29 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("cellblock-mcp", flag.ContinueOnError)
 	socket := fs.String("socket", "", "cellblockd's socket `PATH` (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
-	httpAddr := fs.String("http", "", "serve streamable HTTP on `ADDR` (such as 127.0.0.1:8808), endpoint "+mcpserver.HTTPPath+", instead of stdio")
+	var hc mcpserver.HTTPListenConfig
+	fs.StringVar(&hc.Addr, "http", "", "serve streamable HTTP on `ADDR` (such as 127.0.0.1:8808, with --token-file; or unix:PATH, checked by peer credentials), endpoint "+mcpserver.HTTPPath+", instead of stdio")
+	fs.StringVar(&hc.TokenFile, "token-file", "", "with --http: the bearer token clients must send (Authorization: Bearer TOKEN) is in `FILE`; required on TCP")
+	fs.Func("allow-origin", "with --http: a browser `ORIGIN` (such as https://app.example.org) allowed to call; requests from other origins get 403 (repeatable; none by default)", func(v string) error {
+		hc.AllowOrigins = append(hc.AllowOrigins, v)
+		return nil
+	})
+	fs.StringVar(&hc.TLSCert, "tls-cert", "", "with --http on TCP: serve TLS with this certificate `FILE` (PEM)")
+	fs.StringVar(&hc.TLSKey, "tls-key", "", "with --http on TCP: the TLS private key `FILE` (PEM)")
+	fs.BoolVar(&hc.InsecureNonLoopback, "insecure-non-loopback", false, "with --http: allow a non-loopback address without TLS (the token crosses the network in clear text)")
+	fs.Func("allow-uid", "with --http unix:PATH: also admit this `UID` (repeatable; root and this process's own uid always are)", func(v string) error {
+		uid, err := strconv.Atoi(v)
+		if err != nil || uid < 0 {
+			return fmt.Errorf("%q is not a uid", v)
+		}
+		hc.AllowUIDs = append(hc.AllowUIDs, uid)
+		return nil
+	})
+	fs.StringVar(&hc.SocketGroup, "socket-group", "", "with --http unix:PATH: make the socket 0660 for `GROUP` and admit its members")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n\n"+
 			"Serves the MCP tools run_python, check_environment and validate_python, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
 	}
@@ -86,16 +105,21 @@ func run() error {
 	}
 	srv := mcpserver.New(mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log})
 
-	if *httpAddr == "" {
+	if hc.Addr == "" {
 		return mcpserver.ServeStdio(ctx, srv, os.Stdin, os.Stdout, log)
 	}
-	ln, err := net.Listen("tcp", *httpAddr)
+	ln, sec, err := mcpserver.ListenHTTP(hc, log)
 	if err != nil {
 		return err
 	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsLoopback() {
-		log.Warn("serving on a non-loopback address: anyone who can reach it can run code in the sandbox", "addr", ln.Addr().String())
+	url := "unix:" + ln.Addr().String() + " " + mcpserver.HTTPPath
+	if ln.Addr().Network() == "tcp" {
+		scheme := "http"
+		if hc.TLSCert != "" {
+			scheme = "https"
+		}
+		url = scheme + "://" + ln.Addr().String() + mcpserver.HTTPPath
 	}
-	log.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+mcpserver.HTTPPath)
-	return mcpserver.ServeHTTP(ctx, srv, ln, log)
+	log.Info("serving MCP over streamable HTTP", "url", url, "token", sec.Token != "", "allowed_origins", hc.AllowOrigins)
+	return mcpserver.ServeHTTP(ctx, srv, ln, sec, log)
 }

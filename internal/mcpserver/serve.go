@@ -46,13 +46,14 @@ func ServeStdio(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 }
 
 // ServeHTTP serves s as a streamable HTTP endpoint at HTTPPath on ln until
-// ctx ends. A call is cancelled when its client goes away (over HTTP that
-// is how MCP cancels: the client ends the request's stream).
+// ctx ends, making sec's checks on every request (ListenHTTP opens ln and
+// says which). A call is cancelled when its client goes away (over HTTP
+// that is how MCP cancels: the client ends the request's stream).
 //
-// Requests that come in over loopback with a Host header other than
-// localhost are refused (mcp-go's DNS-rebinding protection), so a page in
-// a browser cannot drive a local server.
-func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, log *slog.Logger) error {
+// Besides sec's Origin check, requests that come in over loopback with a
+// Host header other than localhost are refused (mcp-go's DNS-rebinding
+// protection).
+func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, sec HTTPSecurity, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -60,7 +61,8 @@ func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, log *s
 	mux := http.NewServeMux()
 	mux.Handle(HTTPPath, streamable)
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           sec.guard(mux, log),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -61,7 +61,7 @@ func serveHTTP(t *testing.T, srv *server.MCPServer, opts ...mcpclient.ClientOpti
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeHTTP(ctx, srv, ln, nil) }()
+	go func() { done <- ServeHTTP(ctx, srv, ln, HTTPSecurity{Token: testToken}, nil) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -73,7 +73,8 @@ func serveHTTP(t *testing.T, srv *server.MCPServer, opts ...mcpclient.ClientOpti
 			t.Error("ServeHTTP did not return")
 		}
 	})
-	tr, err := transport.NewStreamableHTTP("http://" + ln.Addr().String() + HTTPPath)
+	tr, err := transport.NewStreamableHTTP("http://"+ln.Addr().String()+HTTPPath,
+		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + testToken}))
 	if err != nil {
 		t.Fatal(err)
 	}
