@@ -1,5 +1,7 @@
 # cellblock: `sudo make demo` runs a real sandboxed script; `sudo make test`
-# runs every test. Both install what they need on a Debian/Ubuntu host.
+# runs every test. Both install what they need on a Debian/Ubuntu host
+# (`make deps`); `make build` and `make unit` install nothing and need no
+# root, only gcc, libseccomp-dev and pkg-config already there.
 
 GO      ?= go
 BIN     := bin
@@ -12,6 +14,12 @@ DAEMON_TAGS := seccomp
 TESTFLAGS   ?=
 # How long `make fuzz` runs each fuzz target.
 FUZZTIME    ?= 20s
+# `make check` installs this staticcheck release (2026.2.2, the newest, built
+# for Go 1.26) into bin/tools/staticcheck-<version>/ from the Go module proxy
+# once, and reuses it after that. It is a tool, not a requirement of the
+# build, so it is not in go.mod.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
 # Where `make install` puts things; DESTDIR stages into another root.
 PREFIX      ?= /usr/local
@@ -21,14 +29,18 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 SYSCONFDIR  ?= /etc
 DESTDIR     ?=
 
-.PHONY: all deps build unit fuzz integration test demo bench fmt vet clean install uninstall vmtest
+.PHONY: all deps build unit check fuzz integration test demo bench fmt vet clean install uninstall vmtest
 
 all: build
 
+# The Debian packages building and testing need (scripts/install-deps.sh):
+# installs the missing ones as root, fails naming them otherwise. demo, test,
+# integration, vmtest and bench list it first (make goes through
+# prerequisites in order); build and unit do not.
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+build:
 	$(DAEMON_ENV) $(GO) build -tags $(DAEMON_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/cellblockd ./cmd/cellblockd
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X github.com/cellblock/cellblock/internal/cli.Version=$(VERSION)' -o $(BIN)/cellblock ./cmd/cellblock
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/cellblock-mcp ./cmd/cellblock-mcp
@@ -36,8 +48,21 @@ build: deps
 
 # Unit tests: no root needed, fast. Root-only tests in these packages skip
 # with a reason when not root.
-unit: deps
+unit:
 	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) $(TESTFLAGS) $$($(GO) list ./... | grep -v /integration)
+
+# Static checks, each with and without the seccomp build tag where the tag
+# changes the files compiled: go vet, gofmt, go.mod tidiness, staticcheck.
+check: $(STATICCHECK)
+	$(DAEMON_ENV) $(GO) vet ./...
+	$(DAEMON_ENV) $(GO) vet -tags $(DAEMON_TAGS) ./...
+	@files=$$(gofmt -l .) && [ -z "$$files" ] || { echo "gofmt -l: not formatted (make fmt):"; echo "$$files"; exit 1; }
+	$(GO) mod tidy -diff
+	$(DAEMON_ENV) $(STATICCHECK) ./...
+	$(DAEMON_ENV) $(STATICCHECK) -tags $(DAEMON_TAGS) ./...
+
+$(STATICCHECK):
+	GOBIN=$(abspath $(dir $@)) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Each fuzz target for FUZZTIME, starting from its seed corpus.
 fuzz:
@@ -45,24 +70,24 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/pep723
 
 # The root suite: the real daemon over the real socket, real jails.
-integration: build
+integration: deps build
 	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) -count=1 -timeout 40m -v $(TESTFLAGS) $$($(GO) list ./integration/... | grep -v /integration/vm) 2>&1 | scripts/summarize-tests.sh
 
 # The cgroup v2 proof: boots a pure cgroup v2 kernel under qemu (TCG) and
 # runs the real daemon and jails inside it (integration/vm). Root; 1 to 2
 # minutes. It installs qemu and fetches Debian's kernel when it can.
-vmtest: build
+vmtest: deps build
 	@[ "$$(id -u)" -ne 0 ] || scripts/install-deps.sh vm
 	$(GO) test -count=1 -timeout 20m -v $(TESTFLAGS) ./integration/vm/... 2>&1 | scripts/summarize-tests.sh
 
 # Every test. Run as root (sudo make test); without root the privileged
 # tests report that they were skipped and why.
-test: unit fuzz integration vmtest
+test: deps unit fuzz integration vmtest
 
-demo: build
+demo: deps build
 	@scripts/demo.sh
 
-bench: build
+bench: deps build
 	@scripts/install-deps.sh bench
 	$(DAEMON_ENV) $(GO) run -tags $(DAEMON_TAGS) ./integration/bench -bin $(BIN)
 

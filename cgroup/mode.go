@@ -31,17 +31,6 @@ const (
 	hybridMountpoint  = "/sys/fs/cgroup/unified"
 )
 
-// DetectMode reports the cgroup layout of the host from /proc/self/mountinfo,
-// using the same rules as libcontainer: cgroup2 at /sys/fs/cgroup is v2,
-// cgroup2 at /sys/fs/cgroup/unified is hybrid, any other cgroup mount is v1.
-func DetectMode() Mode {
-	mounts, err := readMountinfo()
-	if err != nil {
-		return ModeNone
-	}
-	return modeFromMounts(mounts)
-}
-
 // mountEntry is the part of a /proc/self/mountinfo line this package needs.
 type mountEntry struct {
 	root       string   // root of the mount within its filesystem (field 4)
@@ -138,6 +127,10 @@ func lastMountAt(mounts []mountEntry, mountpoint string) (mountEntry, bool) {
 	return mountEntry{}, false
 }
 
+// modeFromMounts reports the cgroup layout from the cgroup mounts of
+// /proc/self/mountinfo, using the same rules as libcontainer: cgroup2 at
+// /sys/fs/cgroup is v2, cgroup2 at /sys/fs/cgroup/unified is hybrid, any
+// other cgroup mount is v1.
 func modeFromMounts(mounts []mountEntry) Mode {
 	if m, ok := lastMountAt(mounts, unifiedMountpoint); ok && m.fstype == "cgroup2" {
 		return ModeV2

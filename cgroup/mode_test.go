@@ -7,6 +7,16 @@ import (
 	"testing"
 )
 
+// detectMode reports the cgroup layout of the host, as OpenRoot decides it,
+// or ModeNone when mountinfo cannot be read.
+func detectMode() Mode {
+	mounts, err := readMountinfo()
+	if err != nil {
+		return ModeNone
+	}
+	return modeFromMounts(mounts)
+}
+
 // hybridMountinfo is this project's development machine (systemd-less
 // hybrid: v1 controllers, name=systemd, empty cgroup2 at unified).
 const hybridMountinfo = `22 1 0:21 / / rw,relatime - ext4 /dev/vda rw

@@ -33,7 +33,7 @@ func needRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	switch DetectMode() {
+	switch detectMode() {
 	case ModeNone:
 		t.Skip("no cgroup hierarchy mounted")
 	case ModeV2:
@@ -72,8 +72,8 @@ func openNamedRoot(t *testing.T, name string) *Root {
 	if err != nil {
 		t.Fatalf("OpenRoot(%s): %v", name, err)
 	}
-	if r.Mode() != DetectMode() {
-		t.Errorf("root mode %s, DetectMode %s", r.Mode(), DetectMode())
+	if r.Mode() != detectMode() {
+		t.Errorf("root mode %s, detectMode %s", r.Mode(), detectMode())
 	}
 	t.Cleanup(func() {
 		if _, err := r.Sweep(); err != nil && !errors.Is(err, ErrClosed) {

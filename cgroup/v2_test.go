@@ -28,7 +28,7 @@ import (
 func openUnifiedV2Root(t *testing.T) *Root {
 	t.Helper()
 	needRoot(t)
-	if DetectMode() != ModeHybrid {
+	if detectMode() != ModeHybrid {
 		t.Skip("drives the v2 code on a hybrid host's unified hierarchy; on v2 hosts the root tests do")
 	}
 	mounts, err := readMountinfo()

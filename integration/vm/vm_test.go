@@ -276,9 +276,10 @@ func guestPython(t *testing.T) (python, share string) {
 // guest has the host's /usr, but a static binary needs nothing of it).
 func goBuild(t *testing.T, dst string, args ...string) {
 	t.Helper()
+	// go test puts the bin directory of its own GOROOT first in PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command: %v", err)
 	}
 	cmd := exec.Command(goBin, append([]string{args[0], "-o", dst}, args[1:]...)...)
 	cmd.Dir = repoRoot

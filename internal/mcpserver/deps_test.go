@@ -4,29 +4,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
 
 const mcpCommand = "github.com/cellblock/cellblock/cmd/cellblock-mcp"
 
-// goTool finds the go command that is running the tests.
+// goTool finds the go command that is running the tests: go test puts the
+// bin directory of its own GOROOT first in PATH.
 func goTool(t *testing.T) string {
 	t.Helper()
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not available")
 	}
 	return p
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // TestBinaryDependencies keeps cellblock-mcp an unprivileged, cgo-free

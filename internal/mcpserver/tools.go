@@ -374,6 +374,20 @@ func resultSchema() map[string]any {
 					},
 				},
 			},
+			"phases": map[string]any{
+				"type":        "object",
+				"description": "where the daemon spent the run's time, in microseconds",
+				"properties": map[string]any{
+					"queue_us":    typed("integer", "waiting for a free slot"),
+					"create_us":   typed("integer", "creating the cgroup and the container (0 for a prestarted jail)"),
+					"start_us":    typed("integer", "namespaces, mounts, seccomp and launch (only the launch for a prestarted jail)"),
+					"program_us":  typed("integer", "the program running (wall clock)"),
+					"collect_us":  typed("integer", "draining the output and reading the statistics"),
+					"teardown_us": typed("integer", "removing the cgroup and the container"),
+					"env_us":      typed("integer", "getting the dependency environment: a few microseconds for a cached one, the whole build otherwise"),
+					"prestarted":  typed("boolean", "the jail was built and started before the request arrived (new and unused all the same)"),
+				},
+			},
 		},
 		"required": []string{
 			"exit_code", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
@@ -410,6 +424,8 @@ func infoSchema() map[string]any {
 			"queue_size":     typed("integer", "runs that may wait for a slot"),
 			"running":        typed("integer", "runs executing now"),
 			"queued":         typed("integer", "runs waiting now"),
+			"prestart":       typed("integer", "jails kept started ahead of requests"),
+			"prestart_ready": typed("integer", "prestarted jails waiting now"),
 			"filesystem":     typed("string", "what a run may write"),
 			"dependencies": map[string]any{
 				"type":        "object",
@@ -423,6 +439,8 @@ func infoSchema() map[string]any {
 					"cache_entries":      typed("integer", "environments in the cache"),
 					"cache_bytes":        typed("integer", "size of the cache in bytes"),
 					"cache_budget_bytes": typed("integer", "the cache's size budget in bytes"),
+					"policy":             typed("string", "the install policy: wheels-only or allow-sdist"),
+					"builds":             typed("integer", "environments built since the daemon started"),
 				},
 			},
 		},

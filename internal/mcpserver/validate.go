@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,58 +13,17 @@ import (
 	"github.com/cellblock/cellblock/internal/pep723"
 )
 
-// checkerScript is the program validate_python runs in the sandbox, with
-// the code to check on its standard input. It compiles the code, which
-// never executes it, with dont_inherit so that its own __future__ imports
-// do not leak into the check, and prints one JSON report (checkReport).
-// The code is read as bytes so that a PEP 263 coding line is honoured just
-// as when the file is run. The file name given to compile is in angle
-// brackets: with a real name such as "main.py", Python would fill in the
-// error's source line from that file, which is the checker itself.
-const checkerScript = `import json
-import sys
-import warnings
-
-
-def source_line(source, lineno):
-    try:
-        return source.decode("utf-8", "replace").splitlines()[lineno - 1]
-    except (TypeError, IndexError):
-        return None
-
-
-def check(source):
-    report = {"ok": True, "python": "%d.%d.%d" % sys.version_info[:3], "warnings": []}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            compile(source, "<main.py>", "exec", dont_inherit=True)
-        except SyntaxError as e:  # IndentationError and TabError too
-            report["ok"] = False
-            report["error"] = {
-                "type": type(e).__name__,
-                "message": e.msg,
-                "line": e.lineno,
-                "column": e.offset,
-                "end_line": getattr(e, "end_lineno", None),
-                "end_column": getattr(e, "end_offset", None),
-                "text": source_line(source, e.lineno) if e.text is None else e.text.rstrip("\r\n"),
-            }
-        except Exception as e:  # null bytes (ValueError before 3.12), too deep, ...
-            report["ok"] = False
-            report["error"] = {"type": type(e).__name__, "message": str(e)}
-    for w in caught:
-        report["warnings"].append({
-            "category": w.category.__name__,
-            "message": str(w.message),
-            "line": w.lineno,
-        })
-    return report
-
-
-json.dump(check(sys.stdin.buffer.read()), sys.stdout)
-sys.stdout.write("\n")
-`
+// checkerScript, checker.py, is the program validate_python runs in the
+// sandbox, with the code to check on its standard input. It compiles the
+// code, which never executes it, with dont_inherit so that its own
+// __future__ imports do not leak into the check, and prints one JSON report
+// (checkReport). The code is read as bytes so that a PEP 263 coding line is
+// honoured just as when the file is run. The file name given to compile is
+// in angle brackets: with a real name such as "main.py", Python would fill
+// in the error's source line from that file, which is the checker itself.
+//
+//go:embed checker.py
+var checkerScript string
 
 // checkReport is what checkerScript prints.
 type checkReport struct {

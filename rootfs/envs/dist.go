@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -163,7 +162,3 @@ func ParseInstallReport(report []byte) (map[string]string, error) {
 	}
 	return hashes, nil
 }
-
-// errNoDistributions is returned when an installer reported success but
-// installed nothing.
-var errNoDistributions = errors.New("the installer installed nothing")

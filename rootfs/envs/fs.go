@@ -2,20 +2,9 @@ package envs
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"syscall"
 )
-
-// chownTree gives a tree to uid:gid without following symbolic links.
-func chownTree(root string, uid, gid int) error {
-	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
-}
 
 // treeSize is the disk space a tree takes (allocated blocks, not apparent
 // sizes), counting each inode once.
