@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // ErrNotLaunched wraps a Prepare or Launch error that happened before the
@@ -128,11 +129,11 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 	closers = append(closers, stderrR, stderrW)
 
 	j.proc = &libcontainer.Process{
-		Args:       []string{InitPath},
+		Args:       []string{layout.Init},
 		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        r.uid,
 		GID:        r.gid,
-		Cwd:        WorkDir,
+		Cwd:        layout.Work,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
 		ExtraFiles: []*os.File{ctlInit},

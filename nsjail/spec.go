@@ -21,20 +21,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
-)
-
-// Paths inside the jail.
-const (
-	// WorkDir is the writable working directory and HOME.
-	WorkDir = "/work"
-	// TmpDir is the writable scratch directory.
-	TmpDir = "/tmp"
-	// InitPath is where the init binary is bind-mounted.
-	InitPath = "/.cellblock/init"
-	// JailUID and JailGID are the identity the program runs as, inside the
-	// user namespace (or on the host when there is none, see Runner).
-	JailUID = 1000
-	JailGID = 1000
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // Limits are the resource limits of one run; all must be set.
@@ -70,7 +57,7 @@ type Spec struct {
 	// PythonArgs go between the interpreter and the script path.
 	PythonArgs []string
 	// Script is the program's source; the jail's init writes it to
-	// WorkDir/ScriptName.
+	// ScriptName in layout.Work.
 	Script     []byte
 	ScriptName string
 	// Args are the program's sys.argv[1:].
@@ -153,11 +140,11 @@ func (s *Spec) environ() []string {
 	n := fmt.Sprint(threads(s.Limits.CPUs))
 	base := map[string]string{
 		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
-		"HOME":                    WorkDir,
-		"USER":                    "sandbox",
-		"LOGNAME":                 "sandbox",
+		"HOME":                    layout.Work,
+		"USER":                    layout.User,
+		"LOGNAME":                 layout.User,
 		"LANG":                    "C.UTF-8",
-		"TMPDIR":                  TmpDir,
+		"TMPDIR":                  layout.Tmp,
 		"PYTHONDONTWRITEBYTECODE": "1",
 		"PYTHONUNBUFFERED":        "1",
 		// Thread pools sized to the CPU quota, not the host's cores.
@@ -185,7 +172,7 @@ func (s *Spec) environ() []string {
 // launch is the message that starts the program in a jail: the script,
 // the interpreter's command line and the whole environment.
 func (s *Spec) launch() *jailinit.Launch {
-	script := path.Join(WorkDir, s.ScriptName)
+	script := path.Join(layout.Work, s.ScriptName)
 	argv := append([]string{s.Python}, s.PythonArgs...)
 	argv = append(argv, script)
 	argv = append(argv, s.Args...)

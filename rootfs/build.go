@@ -21,23 +21,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
-// In-rootfs paths the jail relies on. The rootfs is mounted read-only, so
-// every mountpoint must already exist in the tree.
-const (
-	// Executable is the interpreter's path inside every rootfs.
-	Executable = "/usr/bin/python3"
-	// InitMountPoint is an empty file over which the jail bind-mounts its
-	// static init helper; its directory may be bind-mounted over instead.
-	InitMountPoint = "/.cellblock/init"
-	// WorkDir is the (empty) mountpoint of the run's working directory.
-	WorkDir = "/work"
-)
-
-// mountPoints are the empty directories created for the jail's mounts.
-// /dev/shm is created by the jail inside its /dev.
-var mountPoints = []string{"/tmp", WorkDir, "/dev", "/proc", path.Dir(InitMountPoint)}
+// Executable is the interpreter's path inside every rootfs.
+const Executable = "/usr/bin/python3"
 
 // caBundle is where the CA bundle lives inside the rootfs (Debian's path;
 // the path the interpreter's OpenSSL looks at is linked to it).
@@ -61,28 +50,6 @@ var dlopenedLibs = []string{"libgcc_s.so.1"}
 // buildTimeout bounds each helper process a build runs (bytecode
 // compilation, smoke test).
 const buildTimeout = 2 * time.Minute
-
-// Files written to /etc. Nothing comes from the host's /etc but the CA
-// bundle and the public services/protocols tables.
-const (
-	etcPasswd = "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-		"sandbox:x:1000:1000:sandbox:/work:/usr/sbin/nologin\n" +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-	etcGroup = "root:x:0:\n" +
-		"sandbox:x:1000:\n" +
-		"nogroup:x:65534:\n"
-	etcHosts = "127.0.0.1\tlocalhost\n" +
-		"::1\tlocalhost\n"
-	// Only sources built into glibc (files, dns), so no NSS module is
-	// dlopened; dns is harmless when the jail has no network.
-	etcNsswitch = "passwd: files\n" +
-		"group: files\n" +
-		"shadow: files\n" +
-		"hosts: files dns\n" +
-		"networks: files\n" +
-		"protocols: files\n" +
-		"services: files\n"
-)
 
 // hostEtcCopies are public, host-independent tables copied when present.
 var hostEtcCopies = []string{"/etc/services", "/etc/protocols"}
@@ -218,7 +185,7 @@ func (b *builder) skeleton() error {
 	if err := os.Mkdir(b.root, 0o755); err != nil {
 		return err
 	}
-	for _, d := range append([]string{"/usr/bin", "/usr/lib", "/etc"}, mountPoints...) {
+	for _, d := range append([]string{"/usr/bin", "/usr/lib", "/etc"}, layout.MountPoints...) {
 		if err := os.MkdirAll(b.at(d), 0o755); err != nil {
 			return err
 		}
@@ -228,7 +195,8 @@ func (b *builder) skeleton() error {
 			return err
 		}
 	}
-	return writeFile(b.at(InitMountPoint), "", execMode)
+	// The jail bind-mounts its init over this empty file.
+	return writeFile(b.at(layout.Init), "", execMode)
 }
 
 // stdlibFilter keeps what a sandboxed program can use of the standard
@@ -531,7 +499,7 @@ func safeInRoot(p string) bool {
 	if !path.IsAbs(p) || p == "/" {
 		return false
 	}
-	for _, m := range mountPoints {
+	for _, m := range layout.MountPoints {
 		if p == m || strings.HasPrefix(p, m+"/") {
 			return false
 		}
@@ -539,18 +507,11 @@ func safeInRoot(p string) bool {
 	return true
 }
 
+// writeEtc writes the jail's own /etc files and copies the host's public
+// tables. Nothing else comes from the host's /etc but the CA bundle.
 func (b *builder) writeEtc() error {
-	files := []struct {
-		name, content string
-	}{
-		{"passwd", etcPasswd},
-		{"group", etcGroup},
-		{"hosts", etcHosts},
-		{"nsswitch.conf", etcNsswitch},
-		{"resolv.conf", ""},
-	}
-	for _, f := range files {
-		if err := writeFile(b.at("/etc/"+f.name), f.content, fileMode); err != nil {
+	for _, f := range layout.Etc() {
+		if err := writeFile(b.at("/etc/"+f.Name), f.Content, fileMode); err != nil {
 			return err
 		}
 	}
@@ -822,10 +783,10 @@ func runInRoot(root string, argv []string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Path = argv[0] // resolved inside the chroot, not on the host's PATH
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "HOME=/work"}
+	cmd.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "HOME=" + layout.Work}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Chroot:     root,
-		Credential: &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: false},
+		Credential: &syscall.Credential{Uid: layout.Nobody, Gid: layout.Nobody, NoSetGroups: false},
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -10,6 +10,9 @@
 // /usr/lib/<multiarch>, a minimal /etc (passwd, group, hosts, nsswitch.conf,
 // an empty resolv.conf, the CA bundle), time zone data, and empty
 // mountpoints for the jail (/tmp, /work, /dev, /proc, /.cellblock/init).
+// What the jail expects to find (the mountpoints, the /etc files and the
+// accounts in them) is package nsjail/layout's; this package only lays it
+// down.
 //
 // The store directory holds one directory per rootfs, named by its ID:
 //
