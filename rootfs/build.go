@@ -3,6 +3,7 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -590,19 +591,12 @@ func (b *builder) copyZoneinfo() error {
 	return err
 }
 
-// compileScript compiles the sources listed on stdin as JSON [[path,
-// path-in-rootfs], ...] to their __pycache__ files, timestamp-validated,
-// and prints the failures.
-const compileScript = `
-import sys, json, py_compile
-failed = {}
-for src, dfile in json.load(sys.stdin):
-    try:
-        py_compile.compile(src, dfile=dfile, doraise=True)
-    except Exception as e:
-        failed[dfile] = str(e)
-print(json.dumps(failed))
-`
+// compileScript (compile.py) compiles the sources listed on stdin as JSON
+// [[path, path-in-rootfs], ...] to their __pycache__ files,
+// timestamp-validated, and prints the failures.
+//
+//go:embed compile.py
+var compileScript string
 
 // compileBatch is how many stale sources make it worth another compiler
 // process.
@@ -714,28 +708,12 @@ func pycValid(src, pyc string, magic []byte) bool {
 		binary.LittleEndian.Uint32(h[12:16]) == uint32(st.Size())
 }
 
-// smokeScript runs inside the new rootfs: it imports every extension
+// smokeScript (smoke.py) runs inside the new rootfs: it imports every extension
 // module (which catches a missing shared library), a few packages wrapping
 // them, and makes an SSL context with the CA bundle, and reports.
-const smokeScript = `
-import sys, os, json, importlib
-out = {"prefix": sys.prefix, "exec_prefix": sys.exec_prefix, "version": list(sys.version_info[:3]),
-       "path": sys.path, "failed": {}}
-names = ["encodings", "sqlite3", "ctypes"]
-dynload = sys.argv[1]
-names += sorted(f.split(".")[0] for f in os.listdir(dynload) if f.endswith(".so"))
-for name in names:
-    try:
-        importlib.import_module(name)
-    except Exception as e:
-        out["failed"][name] = repr(e)
-try:
-    import ssl
-    out["ca_certs"] = len(ssl.create_default_context().get_ca_certs())
-except Exception as e:
-    out["failed"]["ssl.create_default_context"] = repr(e)
-print(json.dumps(out))
-`
+//
+//go:embed smoke.py
+var smokeScript string
 
 // smokeTest runs the new interpreter chrooted into the tree as nobody,
 // when we are root (it is skipped otherwise), and fails the build if the
