@@ -69,16 +69,21 @@ func (j *Jail) ID() string { return j.id }
 
 // Prepare builds a jail for spec under the name id and starts its init,
 // which then waits for Launch. Only what is fixed when a jail starts is
-// taken from spec (see Spec.sameJail), plus the cgroup limits.
-func (r *Runner) Prepare(id string, spec *Spec) (*Jail, error) {
-	return r.prepare(id, spec, false)
+// taken from spec (see Spec.sameJail), plus the cgroup limits. A cancelled
+// ctx stops it before the init is started, removing what it built, and
+// its error wraps ctx's.
+func (r *Runner) Prepare(ctx context.Context, id string, spec *Spec) (*Jail, error) {
+	return r.prepare(ctx, id, spec, false)
 }
 
 // prepare is Prepare; background builds the jail with the smallest CPU
 // weight (cgroup.Limits.Background), which Launch lifts.
-func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err error) {
+func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background bool) (_ *Jail, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jail %s: %w", id, err)
 	}
 	t0 := time.Now()
 	j := &Jail{r: r, id: id, spec: *spec}
@@ -141,6 +146,9 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 		LogLevel:   "4", // warnings and errors from libcontainer's init
 	}
 	j.create = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jail %s: %w", id, err)
+	}
 	t1 := time.Now()
 	if err := j.container.Run(j.proc); err != nil {
 		return nil, fmt.Errorf("%w: start jail %s: %w", ErrNotLaunched, id, err)

@@ -157,7 +157,7 @@ type OutputFunc func(stream string, p []byte)
 // program did is in the outcome. Cancelling ctx kills the run. onOutput may
 // be nil.
 func (r *Runner) Run(ctx context.Context, spec *Spec, onOutput OutputFunc) (*Outcome, error) {
-	j, err := r.Prepare(spec.ID, spec)
+	j, err := r.Prepare(ctx, spec.ID, spec)
 	if err != nil {
 		return nil, err
 	}

@@ -152,11 +152,13 @@ func (b *builder) at(inRoot string) string {
 	return filepath.Join(b.root, filepath.FromSlash(inRoot))
 }
 
-// run performs the build steps in order.
-func (b *builder) run() error {
+// run performs the build steps in order. Cancelling ctx stops it between
+// steps and within the long ones (copies, the interpreter runs); the
+// caller removes the partial tree.
+func (b *builder) run(ctx context.Context) error {
 	steps := []struct {
 		name string
-		fn   func() error
+		fn   func(context.Context) error
 	}{
 		{"make skeleton", b.skeleton},
 		{"copy standard library", b.copyStdlib},
@@ -167,12 +169,15 @@ func (b *builder) run() error {
 		{"install CA bundle", b.installCABundle},
 		{"copy time zone data", b.copyZoneinfo},
 		{"compile bytecode", b.compileBytecode},
-		{"make read-only", func() error { return Seal(b.root) }},
+		{"make read-only", func(context.Context) error { return Seal(b.root) }},
 		{"smoke test", b.smokeTest},
 	}
 	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
 		start := time.Now()
-		if err := s.fn(); err != nil {
+		if err := s.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		b.log.Debug("rootfs build step", "step", s.name, "duration", time.Since(start))
@@ -182,7 +187,7 @@ func (b *builder) run() error {
 
 // skeleton makes the top-level layout: usrmerge symlinks, the mountpoints
 // and the directories the other steps fill.
-func (b *builder) skeleton() error {
+func (b *builder) skeleton(context.Context) error {
 	if err := os.Mkdir(b.root, 0o755); err != nil {
 		return err
 	}
@@ -259,12 +264,12 @@ func excludedExtension(file string) bool {
 	return false
 }
 
-func (b *builder) copyStdlib() error {
+func (b *builder) copyStdlib(ctx context.Context) error {
 	for _, t := range b.trees {
 		if err := os.MkdirAll(filepath.Dir(b.at(t.dst)), 0o755); err != nil {
 			return err
 		}
-		copied, err := copyTree(t.src, b.at(t.dst), stdlibFilter(b.h.CacheTag))
+		copied, err := copyTree(ctx, t.src, b.at(t.dst), stdlibFilter(b.h.CacheTag))
 		if err != nil {
 			return err
 		}
@@ -293,7 +298,7 @@ func (b *builder) copyStdlib() error {
 	return nil
 }
 
-func (b *builder) copyInterpreter() error {
+func (b *builder) copyInterpreter(context.Context) error {
 	fi, err := os.Stat(b.h.Executable)
 	if err != nil {
 		return err
@@ -315,7 +320,7 @@ func (b *builder) copyInterpreter() error {
 // loader at the executable's PT_INTERP path. Extension modules whose
 // libraries the host lacks are dropped: they cannot load on the host
 // either.
-func (b *builder) copyLibraries() error {
+func (b *builder) copyLibraries(ctx context.Context) error {
 	r, err := newLibResolver(b.h.Executable)
 	if err != nil {
 		return err
@@ -379,7 +384,7 @@ func (b *builder) copyLibraries() error {
 	}
 	sort.Strings(b.libraries)
 	if exe.interp == "" {
-		return copyFiles(jobs) // a static interpreter
+		return copyFiles(ctx, jobs) // a static interpreter
 	}
 	ldName := path.Base(exe.interp)
 	if _, ok := r.libs[ldName]; !ok {
@@ -390,7 +395,7 @@ func (b *builder) copyLibraries() error {
 		jobs = append(jobs, fileJob{src: exe.interp, dst: b.at(b.libDir + "/" + ldName), mode: execMode, mtime: fi.ModTime()})
 		b.libraries = append(b.libraries, ldName)
 	}
-	if err := copyFiles(jobs); err != nil {
+	if err := copyFiles(ctx, jobs); err != nil {
 		return err
 	}
 	return b.linkInterp(exe.interp, b.libDir+"/"+ldName)
@@ -447,7 +452,7 @@ func (b *builder) linkInterp(interp, loader string) error {
 // copyWheels copies the wheels of a distribution's WHEEL_PKG_DIR (Debian
 // keeps ensurepip's pip there instead of in ensurepip/_bundled) and finds
 // the pip wheel.
-func (b *builder) copyWheels() error {
+func (b *builder) copyWheels(ctx context.Context) error {
 	dirs := []string{b.stdlib + "/ensurepip/_bundled"}
 	if w := b.h.WheelPkgDir; filepath.IsAbs(w) && safeInRoot(w) {
 		if fi, err := os.Stat(w); err == nil && fi.IsDir() {
@@ -464,7 +469,7 @@ func (b *builder) copyWheels() error {
 					jobs = append(jobs, fileJob{src: p, dst: b.at(path.Join(w, filepath.Base(p))), mode: fileMode, mtime: fi.ModTime()})
 				}
 			}
-			if err := copyFiles(jobs); err != nil {
+			if err := copyFiles(ctx, jobs); err != nil {
 				return err
 			}
 			dirs = append(dirs, filepath.Clean(w))
@@ -510,7 +515,7 @@ func safeInRoot(p string) bool {
 
 // writeEtc writes the jail's own /etc files and copies the host's public
 // tables. Nothing else comes from the host's /etc but the CA bundle.
-func (b *builder) writeEtc() error {
+func (b *builder) writeEtc(ctx context.Context) error {
 	for _, f := range layout.Etc() {
 		if err := writeFile(b.at("/etc/"+f.Name), f.Content, fileMode); err != nil {
 			return err
@@ -522,13 +527,13 @@ func (b *builder) writeEtc() error {
 			jobs = append(jobs, fileJob{src: p, dst: b.at(p), mode: fileMode, mtime: fi.ModTime()})
 		}
 	}
-	return copyFiles(jobs)
+	return copyFiles(ctx, jobs)
 }
 
 // installCABundle copies the host's CA bundle to Debian's path and links
 // the interpreter's OpenSSL default file and directory to it, so
 // ssl.create_default_context() verifies servers.
-func (b *builder) installCABundle() error {
+func (b *builder) installCABundle(context.Context) error {
 	src := ""
 	for _, p := range []string{hostCABundle, b.h.OpenSSLCAFile} {
 		if p == "" {
@@ -574,7 +579,7 @@ func (b *builder) installCABundle() error {
 	return nil
 }
 
-func (b *builder) copyZoneinfo() error {
+func (b *builder) copyZoneinfo(ctx context.Context) error {
 	fi, err := os.Stat(hostZoneinfo)
 	if err != nil || !fi.IsDir() {
 		return nil
@@ -582,7 +587,7 @@ func (b *builder) copyZoneinfo() error {
 	if err := os.MkdirAll(b.at(path.Dir(hostZoneinfo)), 0o755); err != nil {
 		return err
 	}
-	_, err = copyTree(hostZoneinfo, b.at(hostZoneinfo), func(rel string, isDir bool) treeAction {
+	_, err = copyTree(ctx, hostZoneinfo, b.at(hostZoneinfo), func(rel string, isDir bool) treeAction {
 		if rel == "right" { // leap-second variants: half the files, rarely wanted
 			return skipEntry
 		}
@@ -608,7 +613,7 @@ const compileBatch = 200
 // all still match; only the missing or stale ones are compiled, by the
 // host interpreter itself (same magic number, same cache tag). Failures
 // only cost start-up time, so they are logged, not fatal.
-func (b *builder) compileBytecode() error {
+func (b *builder) compileBytecode(ctx context.Context) error {
 	magic, err := hex.DecodeString(b.h.PycMagic)
 	if err != nil {
 		return fmt.Errorf("pyc magic %q: %w", b.h.PycMagic, err)
@@ -646,10 +651,13 @@ func (b *builder) compileBytecode() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.compile(stale[i*len(stale)/n : (i+1)*len(stale)/n])
+			errs[i] = b.compile(ctx, stale[i*len(stale)/n:(i+1)*len(stale)/n])
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err // the compilers were killed: no failure of theirs
+	}
 	if err := errors.Join(errs...); err != nil {
 		b.log.Warn("rootfs: some modules have no bytecode and compile at each import", "err", err)
 	}
@@ -657,12 +665,12 @@ func (b *builder) compileBytecode() error {
 }
 
 // compile runs compileScript with the host interpreter over files.
-func (b *builder) compile(files [][2]string) error {
+func (b *builder) compile(ctx context.Context, files [][2]string) error {
 	in, err := json.Marshal(files)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.h.Executable, "-I", "-S", "-c", compileScript)
 	// No SOURCE_DATE_EPOCH: it would make py_compile write hash-based .pyc.
@@ -718,7 +726,7 @@ var smokeScript string
 // smokeTest runs the new interpreter chrooted into the tree as nobody,
 // when we are root (it is skipped otherwise), and fails the build if the
 // interpreter does not find its prefix or cannot import a module.
-func (b *builder) smokeTest() error {
+func (b *builder) smokeTest(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		b.log.Debug("rootfs: smoke test skipped, needs root for chroot")
 		return nil
@@ -727,7 +735,7 @@ func (b *builder) smokeTest() error {
 	if !ok {
 		return fmt.Errorf("lib-dynload %s was not copied", b.h.Dynload)
 	}
-	out, err := runInRoot(b.root, []string{Executable, "-W", "ignore", "-c", smokeScript, dynload})
+	out, err := runInRoot(ctx, b.root, []string{Executable, "-W", "ignore", "-c", smokeScript, dynload})
 	if err != nil {
 		return err
 	}
@@ -754,11 +762,11 @@ func (b *builder) smokeTest() error {
 }
 
 // runInRoot runs argv chrooted into root as nobody with the environment a
-// jail gives, and returns its stdout.
-func runInRoot(root string, argv []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+// jail gives, and returns its stdout. Cancelling ctx kills it.
+func runInRoot(ctx context.Context, root string, argv []string) ([]byte, error) {
+	cmdCtx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := exec.CommandContext(cmdCtx, argv[0], argv[1:]...)
 	cmd.Path = argv[0] // resolved inside the chroot, not on the host's PATH
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "HOME=" + layout.Work}
@@ -769,6 +777,9 @@ func runInRoot(root string, argv []string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("run %s in %s: %w", argv[0], root, ctx.Err())
+		}
 		return nil, fmt.Errorf("run %s in %s: %w: %s", argv[0], root, err, lastLines(stderr.String(), 10))
 	}
 	return stdout.Bytes(), nil

@@ -76,8 +76,8 @@ func (h *hostPython) versionString() string {
 
 // probe runs the interpreter at path (which may be a shim script or a
 // symlink, or a bare name looked up on PATH) and reports the real
-// interpreter behind it.
-func probe(path string) (*hostPython, error) {
+// interpreter behind it. Cancelling ctx kills the interpreter.
+func probe(ctx context.Context, path string) (*hostPython, error) {
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
@@ -85,14 +85,17 @@ func probe(path string) (*hostPython, error) {
 		}
 		path = p
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	cmdCtx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append(probeFlags, "-c", probeScript)...)
+	cmd := exec.CommandContext(cmdCtx, path, append(probeFlags, "-c", probeScript)...)
 	// The environment and working directory are kept: shims need them to
 	// pick their interpreter (pyenv reads .python-version files).
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("probe python %s: %w", path, ctx.Err())
+		}
 		return nil, fmt.Errorf("probe python %s: %w: %s", path, err, lastLines(stderr.String(), 5))
 	}
 	h := &hostPython{}

@@ -36,6 +36,7 @@
 package rootfs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -196,7 +197,7 @@ func (s *Store) lock() (func(), error) {
 // python3 (DefaultInterpreter on PATH) when the store is empty. If the
 // store has rootfses but none is marked default (its default was removed),
 // the highest version becomes the default.
-func (s *Store) EnsureDefault() (Python, error) {
+func (s *Store) EnsureDefault(ctx context.Context) (Python, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps, err := s.list()
@@ -215,11 +216,11 @@ func (s *Store) EnsureDefault() (Python, error) {
 		p.Default = true
 		return p, nil
 	}
-	h, err := probe(DefaultInterpreter)
+	h, err := probe(ctx, DefaultInterpreter)
 	if err != nil {
 		return Python{}, fmt.Errorf("build default rootfs: %w", err)
 	}
-	p, err := s.importProbed(h)
+	p, err := s.importProbed(ctx, h)
 	if err != nil {
 		return Python{}, fmt.Errorf("build default rootfs: %w", err)
 	}
@@ -238,14 +239,14 @@ func (s *Store) EnsureDefault() (Python, error) {
 // under the same ID. Another interpreter of an already stored version
 // (say a pyenv 3.11.7 and a /usr/local 3.11.7) gets its own rootfs whose
 // ID has a numeric suffix ("cpython-3.11.7-2").
-func (s *Store) Import(pythonPath string) (Python, error) {
-	h, err := probe(pythonPath)
+func (s *Store) Import(ctx context.Context, pythonPath string) (Python, error) {
+	h, err := probe(ctx, pythonPath)
 	if err != nil {
 		return Python{}, fmt.Errorf("import %s: %w", pythonPath, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, err := s.importProbed(h)
+	p, err := s.importProbed(ctx, h)
 	if err != nil {
 		return Python{}, fmt.Errorf("import %s: %w", pythonPath, err)
 	}
@@ -253,7 +254,7 @@ func (s *Store) Import(pythonPath string) (Python, error) {
 }
 
 // importProbed does Import's work; s.mu is held.
-func (s *Store) importProbed(h *hostPython) (Python, error) {
+func (s *Store) importProbed(ctx context.Context, h *hostPython) (Python, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return Python{}, err
@@ -283,7 +284,7 @@ func (s *Store) importProbed(h *hostPython) (Python, error) {
 			return Python{}, err
 		}
 	}
-	m, tmp, err := s.build(h, id, stamp)
+	m, tmp, err := s.build(ctx, h, id, stamp)
 	if err != nil {
 		return Python{}, err
 	}
@@ -319,13 +320,13 @@ func (s *Store) newID(base string) (string, error) {
 
 // build builds the rootfs in a new temporary directory of the store and
 // returns its metadata and that directory, ready to be installed.
-func (s *Store) build(h *hostPython, id string, stamp sourceStamp) (*metadata, string, error) {
+func (s *Store) build(ctx context.Context, h *hostPython, id string, stamp sourceStamp) (*metadata, string, error) {
 	start := time.Now()
 	tmp, err := os.MkdirTemp(s.dir, buildPrefix+id+"-")
 	if err != nil {
 		return nil, "", fmt.Errorf("build rootfs %s: %w", id, err)
 	}
-	m, err := s.buildIn(tmp, h, id, stamp, start)
+	m, err := s.buildIn(ctx, tmp, h, id, stamp, start)
 	if err != nil {
 		RemoveTree(tmp)
 		return nil, "", fmt.Errorf("build rootfs %s from %s: %w", id, h.Executable, err)
@@ -333,12 +334,12 @@ func (s *Store) build(h *hostPython, id string, stamp sourceStamp) (*metadata, s
 	return m, tmp, nil
 }
 
-func (s *Store) buildIn(tmp string, h *hostPython, id string, stamp sourceStamp, start time.Time) (*metadata, error) {
+func (s *Store) buildIn(ctx context.Context, tmp string, h *hostPython, id string, stamp sourceStamp, start time.Time) (*metadata, error) {
 	b, err := newBuilder(h, filepath.Join(tmp, treeDirName), s.log)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.run(); err != nil {
+	if err := b.run(ctx); err != nil {
 		return nil, err
 	}
 	m := &metadata{
