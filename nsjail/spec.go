@@ -1,12 +1,15 @@
 // Package nsjail turns a run spec into a jail and carries the run out: it
 // builds the libcontainer configuration (namespaces, mounts, pivot_root,
-// rlimits, no capabilities, no_new_privs, seccomp last), starts the init,
-// enforces the wall-clock timeout by killing the run's cgroup, collects
-// bounded output and the cgroup's statistics, and tears everything down.
+// rlimits, no capabilities, no_new_privs, seccomp last), starts the jail's
+// init (package jailinit), hands it the program over a socket, enforces
+// the wall-clock timeout by killing the run's cgroup, collects bounded
+// output and the cgroup's statistics, and tears everything down. A Pool
+// keeps jails started ahead of requests; each still carries out one run.
 //
 // The Runner owns every kernel object of a run (the cgroup through package
-// cgroup, the libcontainer container, pipes and the script memfd) and
-// releases each on every path. It does not decide policy: limits arrive in
+// cgroup, the libcontainer container, the output pipes and the launch
+// socket) and releases each on every path. What the jail looks like from
+// inside is package layout's. It does not decide policy: limits arrive in
 // the Spec already validated and capped by the server. Named after the
 // technique; Google's nsjail binary is not involved.
 package nsjail
