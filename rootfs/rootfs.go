@@ -24,9 +24,9 @@
 // place, so a rootfs is either complete or absent. Built trees are never
 // modified: they are root-owned, directories 0555, files 0444 or 0555, all
 // readable by any uid so that a jail's user in a user namespace can use
-// them. A rebuilt rootfs replaces the old one atomically; the old tree (and
-// a removed one) is deleted by the next Open, since a running jail may
-// still have it mounted.
+// them. A rebuilt rootfs replaces the old one atomically; the old tree is
+// deleted by the next Open, since a running jail may still have it
+// mounted. A build that fails or is cancelled removes its partial tree.
 //
 // The package must not mount anything, run untrusted code (it runs only
 // host interpreters the operator chose, and the built interpreter in a
@@ -116,7 +116,7 @@ type Store struct {
 
 // Open opens the store at dir (usually <state-dir>/rootfs), creating it
 // and any missing parents with mode 0755, and removes what interrupted
-// builds, replacements and removals left behind.
+// builds and replacements left behind.
 func Open(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -547,65 +547,4 @@ func (s *Store) PickSpecifier(spec string) (Python, error) {
 		return Python{}, err
 	}
 	return pickSpecifier(ps, spec)
-}
-
-// SetDefault makes the rootfs with the given ID the default.
-func (s *Store) SetDefault(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.checkID(id); err != nil {
-		return err
-	}
-	return s.setDefault(id)
-}
-
-// Remove takes the rootfs with the given ID out of the store at once; its
-// files are deleted by the next Open (a running jail may still have it
-// mounted). When it was the default, the highest remaining version becomes
-// the default.
-func (s *Store) Remove(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.checkID(id); err != nil {
-		return err
-	}
-	wasDefault := s.defaultID() == id
-	if err := s.retire(id); err != nil {
-		return err
-	}
-	if !wasDefault {
-		return nil
-	}
-	ps, err := s.list()
-	if err != nil {
-		return err
-	}
-	if p, ok := best(ps); ok {
-		return s.setDefault(p.ID)
-	}
-	if err := os.Remove(filepath.Join(s.dir, defaultLink)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove rootfs %s: clear default: %w", id, err)
-	}
-	return nil
-}
-
-// checkID fails unless id names a rootfs in the store.
-func (s *Store) checkID(id string) error {
-	if id == "" || strings.ContainsAny(id, `/\`) || strings.HasPrefix(id, ".") || id == defaultLink {
-		return fmt.Errorf("rootfs id %q: %w", id, fs.ErrInvalid)
-	}
-	if _, err := os.Stat(filepath.Join(s.dir, id, metaFileName)); err != nil {
-		return fmt.Errorf("rootfs %s: %w", id, err)
-	}
-	return nil
 }
