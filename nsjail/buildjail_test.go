@@ -5,13 +5,15 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // TestBuildJailOptions covers what only the daemon's dependency build jails
 // use: a writable bind mount and the host's network namespace. A run spec
 // that sets neither keeps every mount read-only and its own network.
 func TestBuildJailOptions(t *testing.T) {
-	r := &Runner{initBinary: "/init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: JailUID, gid: JailGID}
+	r := &Runner{initBinary: "/init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: layout.UID, gid: layout.GID}
 	s := validSpec()
 	s.Mounts = []Mount{{Source: "/envs/.build-x", Destination: "/site", Writable: true}, {Source: "/wheels", Destination: "/tmp/links/0"}}
 	cfg := s.libcontainerConfig(r, "x")
@@ -40,11 +42,11 @@ func TestBuildJailOptions(t *testing.T) {
 		}
 	}
 
-	if uid, gid := r.JailHostID(); uid != 1e9+JailUID || gid != 1e9+JailGID {
+	if uid, gid := r.JailHostID(); uid != 1e9+layout.UID || gid != 1e9+layout.GID {
 		t.Errorf("JailHostID with a user namespace = %d, %d", uid, gid)
 	}
-	r.userns, r.uid, r.gid = nil, NoUserNSUID, NoUserNSUID
-	if uid, gid := r.JailHostID(); uid != NoUserNSUID || gid != NoUserNSUID {
+	r.userns, r.uid, r.gid = nil, layout.Nobody, layout.Nobody
+	if uid, gid := r.JailHostID(); uid != layout.Nobody || gid != layout.Nobody {
 		t.Errorf("JailHostID without a user namespace = %d, %d", uid, gid)
 	}
 }

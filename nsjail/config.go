@@ -10,6 +10,8 @@ import (
 	devices "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // IDMap maps the jail's ids 0..Size-1 onto host ids HostID.. in the user
@@ -19,15 +21,14 @@ type IDMap struct {
 	Size   int64
 }
 
-// jailDevices are the only device nodes in the jail's /dev, and the only
-// devices the device cgroup lets it open.
-var jailDevices = []*devices.Device{
-	charDevice("/dev/null", 1, 3),
-	charDevice("/dev/zero", 1, 5),
-	charDevice("/dev/full", 1, 7),
-	charDevice("/dev/random", 1, 8),
-	charDevice("/dev/urandom", 1, 9),
-}
+// jailDevices are layout.Devices as libcontainer takes them.
+var jailDevices = func() []*devices.Device {
+	list := make([]*devices.Device, 0, len(layout.Devices))
+	for _, d := range layout.Devices {
+		list = append(list, charDevice(d.Path, d.Major, d.Minor))
+	}
+	return list
+}()
 
 func charDevice(path string, major, minor int64) *devices.Device {
 	return &devices.Device{
@@ -42,22 +43,6 @@ func charDevice(path string, major, minor int64) *devices.Device {
 		},
 	}
 }
-
-// maskedPaths hide kernel information from the jail; readonlyPaths keep the
-// rest of /proc's knobs out of reach (the jail user cannot write them
-// anyway, this is defence in depth).
-var (
-	maskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-		"/proc/interrupts", "/proc/kallsyms", "/proc/kmsg", "/proc/sysrq-trigger",
-		"/proc/config.gz", "/proc/modules", "/proc/vmallocinfo", "/proc/slabinfo",
-		"/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports", "/proc/mtrr",
-	}
-	readonlyPaths = []string{
-		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
-	}
-)
 
 // libcontainerConfig is the whole containment of a run, in the order the
 // kernel objects come into being. Seccomp is loaded last by libcontainer's
@@ -80,7 +65,7 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 			{Type: configs.NEWUTS},
 			{Type: configs.NEWCGROUP},
 		},
-		Hostname: "cellblock",
+		Hostname: layout.Hostname,
 		Networks: []*configs.Network{{Type: "loopback", Address: "127.0.0.1/0", Gateway: "localhost"}},
 
 		// 2. Filesystem: the Python rootfs read-only as /, then small
@@ -89,16 +74,16 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 		Readonlyfs:      true,
 		RootPropagation: unix.MS_PRIVATE | unix.MS_REC,
 		Mounts: []*configs.Mount{
-			{Source: "proc", Device: "proc", Destination: "/proc", Flags: noexec},
-			tmpfs("/dev", "mode=755,size=64k", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_STRICTATIME),
-			tmpfs("/dev/shm", "mode=1777,"+size, noexec),
-			tmpfs(TmpDir, "mode=1777,"+size, unix.MS_NOSUID|unix.MS_NODEV),
-			tmpfs(WorkDir, fmt.Sprintf("mode=755,uid=%d,gid=%d,%s", r.uid, r.gid, size), unix.MS_NOSUID|unix.MS_NODEV),
-			{Source: r.initBinary, Device: "bind", Destination: InitPath, Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
+			{Source: "proc", Device: "proc", Destination: layout.Proc, Flags: noexec},
+			tmpfs(layout.Dev, "mode=755,size=64k", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_STRICTATIME),
+			tmpfs(layout.Shm, "mode=1777,"+size, noexec),
+			tmpfs(layout.Tmp, "mode=1777,"+size, unix.MS_NOSUID|unix.MS_NODEV),
+			tmpfs(layout.Work, fmt.Sprintf("mode=755,uid=%d,gid=%d,%s", r.uid, r.gid, size), unix.MS_NOSUID|unix.MS_NODEV),
+			{Source: r.initBinary, Device: "bind", Destination: layout.Init, Flags: unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV},
 		},
 		Devices:       jailDevices,
-		MaskPaths:     maskedPaths,
-		ReadonlyPaths: readonlyPaths,
+		MaskPaths:     layout.MaskedPaths,
+		ReadonlyPaths: layout.ReadonlyPaths,
 
 		// 3. Resources: rlimits here; memory, pids and CPU are set on the
 		// cgroup by package cgroup, which owns it. libcontainer only places

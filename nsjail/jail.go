@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // ErrNotLaunched wraps a Prepare or Launch error that happened before the
@@ -68,16 +69,21 @@ func (j *Jail) ID() string { return j.id }
 
 // Prepare builds a jail for spec under the name id and starts its init,
 // which then waits for Launch. Only what is fixed when a jail starts is
-// taken from spec (see Spec.sameJail), plus the cgroup limits.
-func (r *Runner) Prepare(id string, spec *Spec) (*Jail, error) {
-	return r.prepare(id, spec, false)
+// taken from spec (see Spec.sameJail), plus the cgroup limits. A cancelled
+// ctx stops it before the init is started, removing what it built, and
+// its error wraps ctx's.
+func (r *Runner) Prepare(ctx context.Context, id string, spec *Spec) (*Jail, error) {
+	return r.prepare(ctx, id, spec, false)
 }
 
 // prepare is Prepare; background builds the jail with the smallest CPU
 // weight (cgroup.Limits.Background), which Launch lifts.
-func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err error) {
+func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background bool) (_ *Jail, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jail %s: %w", id, err)
 	}
 	t0 := time.Now()
 	j := &Jail{r: r, id: id, spec: *spec}
@@ -128,11 +134,11 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 	closers = append(closers, stderrR, stderrW)
 
 	j.proc = &libcontainer.Process{
-		Args:       []string{InitPath},
+		Args:       []string{layout.Init},
 		Env:        []string{"PATH=/usr/bin:/bin"},
 		UID:        r.uid,
 		GID:        r.gid,
-		Cwd:        WorkDir,
+		Cwd:        layout.Work,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
 		ExtraFiles: []*os.File{ctlInit},
@@ -140,6 +146,9 @@ func (r *Runner) prepare(id string, spec *Spec, background bool) (_ *Jail, err e
 		LogLevel:   "4", // warnings and errors from libcontainer's init
 	}
 	j.create = time.Since(t0)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jail %s: %w", id, err)
+	}
 	t1 := time.Now()
 	if err := j.container.Run(j.proc); err != nil {
 		return nil, fmt.Errorf("%w: start jail %s: %w", ErrNotLaunched, id, err)
@@ -233,6 +242,10 @@ func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out
 	return j.launch(ctx, spec, onOutput)
 }
 
+// launch carries out spec in three steps: hand the program over to the
+// init, supervise it until it ends (or its time is up, or ctx is
+// cancelled), and collect what it left. The jail is torn down afterwards
+// whatever happens.
 func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *Outcome, err error) {
 	out := &Outcome{Phases: Phases{Create: j.create, Prestarted: j.prestarted}}
 	if j.prestarted {
@@ -250,88 +263,141 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	// The drains own the read ends from here.
 	defer j.stdoutR.Close()
 	defer j.stderrR.Close()
-	notLaunched := func(err error) (*Outcome, error) {
+
+	start, err := j.handOver(spec)
+	if err != nil {
 		j.ctl.Close()
 		_ = j.kill()
 		return nil, fmt.Errorf("%w: run %s in jail %s: %w", ErrNotLaunched, spec.ID, j.id, err)
-	}
-	if err := spec.Validate(); err != nil {
-		return notLaunched(err)
-	}
-	if !j.spec.sameJail(spec) {
-		return notLaunched(errors.New("the run needs a differently built jail"))
-	}
-	// Wait for the init to say it is ready: from then on it is the
-	// jail's only process, and the program's tasks limit goes on top of
-	// its threads (its Go runtime's, 6 to 9). It may still start a thread
-	// or two while it starts the program (seen in fresh jails), so they
-	// get room now and the limit is made exact once the program runs.
-	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
-	ctl := bufio.NewReader(j.ctl)
-	if ready, err := ctl.ReadString('\n'); ready != jailinit.AckReady {
-		return notLaunched(fmt.Errorf("the init did not say it is ready: %q %v", ready, err))
-	}
-	limits := spec.Limits.cgroupLimits()
-	if limits.Pids > 0 {
-		initTasks, err := j.initThreads()
-		if err != nil {
-			return notLaunched(err)
-		}
-		limits.Pids += initTasks + initThreadRoom
-	}
-	if err := j.cg.Update(limits); err != nil {
-		return notLaunched(err)
-	}
-	// The run's CPU time and memory peak are the program's, not the
-	// jail's set-up, which ran in the same cgroup.
-	if err := j.cg.StartAccounting(); err != nil {
-		return notLaunched(err)
-	}
-	msg, err := json.Marshal(spec.launch())
-	if err != nil {
-		return notLaunched(err)
-	}
-	// Hand the program over and wait for the init's answer: an init that
-	// died while it waited (or dies now) has started nothing.
-	if _, err := j.ctl.Write(msg); err != nil {
-		return notLaunched(fmt.Errorf("hand the program to the init: %w", err))
-	}
-	ack, err := ctl.ReadString('\n')
-	j.ctl.Close()
-	switch {
-	case err != nil:
-		return notLaunched(fmt.Errorf("the init did not answer: %w", err))
-	case ack != jailinit.AckStarted && ack != jailinit.AckFailed:
-		return notLaunched(fmt.Errorf("the init answered %q", ack))
-	}
-	// AckFailed: the init says why on stderr and exits ExitSetupFailed,
-	// which the run reports like any exit.
-	start := time.Now()
-	if ack == jailinit.AckStarted && limits.Pids > 0 {
-		j.exactTasksLimit(spec, limits)
 	}
 	out.Phases.Start = start.Sub(t1)
 	if !j.prestarted {
 		out.Phases.Start += j.start
 	}
+	streams := j.drain(spec.Limits.OutputBytes, onOutput)
+	j.supervise(ctx, spec, start, out)
+	j.collect(spec, streams, out)
+	return out, nil
+}
 
-	// Drain both streams while the program runs, keeping at most the
-	// output limit of each.
-	var wg sync.WaitGroup
-	stdout := newCappedBuffer(spec.Limits.OutputBytes)
-	stderr := newCappedBuffer(spec.Limits.OutputBytes)
-	for _, s := range []struct {
+// handOver gives spec's program to the init and returns when it started.
+// An error means it never started: the caller kills the jail. An init
+// that could not start it (AckFailed) is no error: it says why on stderr
+// and exits ExitSetupFailed, which the run reports like any exit.
+func (j *Jail) handOver(spec *Spec) (started time.Time, err error) {
+	if err := spec.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	if !j.spec.sameJail(spec) {
+		return time.Time{}, errors.New("the run needs a differently built jail")
+	}
+	ctl, err := j.awaitReady()
+	if err != nil {
+		return time.Time{}, err
+	}
+	limits, err := j.limitRun(spec)
+	if err != nil {
+		return time.Time{}, err
+	}
+	ack, err := j.send(ctl, spec)
+	if err != nil {
+		return time.Time{}, err
+	}
+	started = time.Now()
+	if ack == jailinit.AckStarted && limits.Pids > 0 {
+		j.exactTasksLimit(spec, limits)
+	}
+	return started, nil
+}
+
+// awaitReady waits for the init to say it is ready: from then on it is
+// the jail's only process. It returns the reader its answer to the
+// program will come by.
+func (j *Jail) awaitReady() (*bufio.Reader, error) {
+	_ = j.ctl.SetDeadline(time.Now().Add(launchTimeout))
+	ctl := bufio.NewReader(j.ctl)
+	if ready, err := ctl.ReadString('\n'); ready != jailinit.AckReady {
+		return nil, fmt.Errorf("the init did not say it is ready: %q %v", ready, err)
+	}
+	return ctl, nil
+}
+
+// limitRun puts spec's limits on the cgroup of a jail whose init is ready
+// and starts accounting, and returns the limits it set. The program's
+// tasks limit goes on top of the init's threads (its Go runtime's, 6 to
+// 9). The init may still start a thread or two while it starts the
+// program (seen in fresh jails), so they get room now and the limit is
+// made exact once the program runs (exactTasksLimit).
+func (j *Jail) limitRun(spec *Spec) (cgroup.Limits, error) {
+	limits := spec.Limits.cgroupLimits()
+	if limits.Pids > 0 {
+		initTasks, err := j.initThreads()
+		if err != nil {
+			return limits, err
+		}
+		limits.Pids += initTasks + initThreadRoom
+	}
+	if err := j.cg.Update(limits); err != nil {
+		return limits, err
+	}
+	// The run's CPU time and memory peak are the program's, not the
+	// jail's set-up, which ran in the same cgroup.
+	if err := j.cg.StartAccounting(); err != nil {
+		return limits, err
+	}
+	return limits, nil
+}
+
+// send hands the program over, closes our end of the launch socket and
+// returns the init's answer: AckStarted or AckFailed. An init that died
+// while it waited (or dies now) has started nothing, which is an error.
+func (j *Jail) send(ctl *bufio.Reader, spec *Spec) (string, error) {
+	msg, err := json.Marshal(spec.launch())
+	if err != nil {
+		return "", err
+	}
+	if _, err := j.ctl.Write(msg); err != nil {
+		return "", fmt.Errorf("hand the program to the init: %w", err)
+	}
+	ack, err := ctl.ReadString('\n')
+	j.ctl.Close()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("the init did not answer: %w", err)
+	case ack != jailinit.AckStarted && ack != jailinit.AckFailed:
+		return "", fmt.Errorf("the init answered %q", ack)
+	}
+	return ack, nil
+}
+
+// streams are the program's stdout and stderr being drained.
+type streams struct {
+	stdout, stderr *cappedBuffer
+	wg             sync.WaitGroup
+}
+
+// drain reads both streams while the program runs, keeping at most limit
+// bytes of each and passing them to onOutput.
+func (j *Jail) drain(limit int64, onOutput OutputFunc) *streams {
+	s := &streams{stdout: newCappedBuffer(limit), stderr: newCappedBuffer(limit)}
+	for _, st := range []struct {
 		name string
 		r    io.Reader
 		buf  *cappedBuffer
-	}{{"stdout", j.stdoutR, stdout}, {"stderr", j.stderrR, stderr}} {
-		wg.Add(1)
+	}{{"stdout", j.stdoutR, s.stdout}, {"stderr", j.stderrR, s.stderr}} {
+		s.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			s.buf.drain(s.r, s.name, onOutput)
+			defer s.wg.Done()
+			st.buf.drain(st.r, st.name, onOutput)
 		}()
 	}
+	return s
+}
 
+// supervise waits until the program ends, its time (counted from start)
+// is up or ctx is cancelled, and kills the run in the last two cases. It
+// records which in out, with the program's duration.
+func (j *Jail) supervise(ctx context.Context, spec *Spec, start time.Time, out *Outcome) {
 	timer := time.NewTimer(spec.Limits.Timeout - time.Since(start))
 	defer timer.Stop()
 	select {
@@ -349,12 +415,16 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		}
 	}
 	out.Duration = time.Since(start)
+}
 
+// collect gathers what the ended run left into out: its output, exit
+// status and the cgroup's statistics.
+func (j *Jail) collect(spec *Spec, s *streams, out *Outcome) {
 	tc := time.Now()
 	// The init is gone, so the pid namespace is empty and every write end
 	// of the pipes is closed: the drains end. Bound the wait anyway.
 	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
+	go func() { s.wg.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(5 * time.Second):
@@ -362,8 +432,8 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		j.stderrR.Close()
 		<-drained
 	}
-	out.Stdout, out.StdoutTruncated = stdout.bytes()
-	out.Stderr, out.StderrTruncated = stderr.bytes()
+	out.Stdout, out.StdoutTruncated = s.stdout.bytes()
+	out.Stderr, out.StderrTruncated = s.stderr.bytes()
 	out.ExitCode = exitCode(j.state) // the init has exited either way
 
 	// Removing the cgroup keeps a final snapshot of its statistics, which
@@ -381,7 +451,6 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	out.OOMKilled = st.OOMKilled && !out.TimedOut
 	out.Phases.Program = out.Duration
 	out.Phases.Collect = time.Since(tc)
-	return out, nil
 }
 
 // exactTasksLimit lowers the tasks limit to the program's own on top of

@@ -1,6 +1,7 @@
 package nsjail
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -171,8 +172,9 @@ func (p *Pool) fill() {
 			spec := p.proto
 			spec.ID = id
 			// Built at the lowest CPU weight: the build takes only
-			// what runs in flight leave.
-			j, err := p.r.prepare(id, &spec, true)
+			// what runs in flight leave. Close stops the filler between
+			// builds, not within one.
+			j, err := p.r.prepare(context.Background(), id, &spec, true)
 			if err != nil {
 				p.log.Warn("prestart a jail", "err", err, "retry_in", backoff)
 				select {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // Runner carries out runs. It is safe for concurrent use.
@@ -39,14 +40,10 @@ type RunnerConfig struct {
 	// Seccomp is the compiled policy, shared by every run.
 	Seccomp *configs.Seccomp
 	// UserNS maps the jail's ids onto host ids that own nothing; nil runs
-	// without a user namespace, as the host's uid NoUserNSUID.
+	// without a user namespace, as the host's nobody (layout.Nobody).
 	UserNS *IDMap
 	Log    *slog.Logger
 }
-
-// NoUserNSUID is the host uid and gid the program runs as when the kernel
-// gives no user namespace: nobody, which owns nothing.
-const NoUserNSUID = 65534
 
 // NewRunner checks cfg and prepares the state root.
 func NewRunner(cfg RunnerConfig) (*Runner, error) {
@@ -76,12 +73,12 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cgroups:    cfg.Cgroups,
 		seccomp:    cfg.Seccomp,
 		userns:     cfg.UserNS,
-		uid:        JailUID,
-		gid:        JailGID,
+		uid:        layout.UID,
+		gid:        layout.GID,
 		log:        log,
 	}
 	if r.userns == nil {
-		r.uid, r.gid = NoUserNSUID, NoUserNSUID
+		r.uid, r.gid = layout.Nobody, layout.Nobody
 	}
 	return r, nil
 }
@@ -89,8 +86,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // UserNamespace reports whether runs get a user namespace.
 func (r *Runner) UserNamespace() bool { return r.userns != nil }
 
-// JailHostID is the host uid and gid the jail's user (JailUID, or
-// NoUserNSUID without a user namespace) is on the host: what a directory a
+// JailHostID is the host uid and gid the jail's user (layout.UID, or
+// layout.Nobody without a user namespace) is on the host: what a directory a
 // jail must write has to be owned by.
 func (r *Runner) JailHostID() (uid, gid int) {
 	if r.userns == nil {
@@ -160,7 +157,7 @@ type OutputFunc func(stream string, p []byte)
 // program did is in the outcome. Cancelling ctx kills the run. onOutput may
 // be nil.
 func (r *Runner) Run(ctx context.Context, spec *Spec, onOutput OutputFunc) (*Outcome, error) {
-	j, err := r.Prepare(spec.ID, spec)
+	j, err := r.Prepare(ctx, spec.ID, spec)
 	if err != nil {
 		return nil, err
 	}

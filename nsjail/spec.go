@@ -1,12 +1,15 @@
 // Package nsjail turns a run spec into a jail and carries the run out: it
 // builds the libcontainer configuration (namespaces, mounts, pivot_root,
-// rlimits, no capabilities, no_new_privs, seccomp last), starts the init,
-// enforces the wall-clock timeout by killing the run's cgroup, collects
-// bounded output and the cgroup's statistics, and tears everything down.
+// rlimits, no capabilities, no_new_privs, seccomp last), starts the jail's
+// init (package jailinit), hands it the program over a socket, enforces
+// the wall-clock timeout by killing the run's cgroup, collects bounded
+// output and the cgroup's statistics, and tears everything down. A Pool
+// keeps jails started ahead of requests; each still carries out one run.
 //
 // The Runner owns every kernel object of a run (the cgroup through package
-// cgroup, the libcontainer container, pipes and the script memfd) and
-// releases each on every path. It does not decide policy: limits arrive in
+// cgroup, the libcontainer container, the output pipes and the launch
+// socket) and releases each on every path. What the jail looks like from
+// inside is package layout's. It does not decide policy: limits arrive in
 // the Spec already validated and capped by the server. Named after the
 // technique; Google's nsjail binary is not involved.
 package nsjail
@@ -21,20 +24,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
-)
-
-// Paths inside the jail.
-const (
-	// WorkDir is the writable working directory and HOME.
-	WorkDir = "/work"
-	// TmpDir is the writable scratch directory.
-	TmpDir = "/tmp"
-	// InitPath is where the init binary is bind-mounted.
-	InitPath = "/.cellblock/init"
-	// JailUID and JailGID are the identity the program runs as, inside the
-	// user namespace (or on the host when there is none, see Runner).
-	JailUID = 1000
-	JailGID = 1000
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // Limits are the resource limits of one run; all must be set.
@@ -70,7 +60,7 @@ type Spec struct {
 	// PythonArgs go between the interpreter and the script path.
 	PythonArgs []string
 	// Script is the program's source; the jail's init writes it to
-	// WorkDir/ScriptName.
+	// ScriptName in layout.Work.
 	Script     []byte
 	ScriptName string
 	// Args are the program's sys.argv[1:].
@@ -153,11 +143,11 @@ func (s *Spec) environ() []string {
 	n := fmt.Sprint(threads(s.Limits.CPUs))
 	base := map[string]string{
 		"PATH":                    "/usr/local/bin:/usr/bin:/bin",
-		"HOME":                    WorkDir,
-		"USER":                    "sandbox",
-		"LOGNAME":                 "sandbox",
+		"HOME":                    layout.Work,
+		"USER":                    layout.User,
+		"LOGNAME":                 layout.User,
 		"LANG":                    "C.UTF-8",
-		"TMPDIR":                  TmpDir,
+		"TMPDIR":                  layout.Tmp,
 		"PYTHONDONTWRITEBYTECODE": "1",
 		"PYTHONUNBUFFERED":        "1",
 		// Thread pools sized to the CPU quota, not the host's cores.
@@ -185,7 +175,7 @@ func (s *Spec) environ() []string {
 // launch is the message that starts the program in a jail: the script,
 // the interpreter's command line and the whole environment.
 func (s *Spec) launch() *jailinit.Launch {
-	script := path.Join(WorkDir, s.ScriptName)
+	script := path.Join(layout.Work, s.ScriptName)
 	argv := append([]string{s.Python}, s.PythonArgs...)
 	argv = append(argv, script)
 	argv = append(argv, s.Args...)

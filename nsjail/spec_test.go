@@ -10,6 +10,8 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
+
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 func validSpec() *Spec {
@@ -73,7 +75,7 @@ func TestEnvironAndArgv(t *testing.T) {
 }
 
 func TestConfigContainment(t *testing.T) {
-	r := &Runner{initBinary: "/usr/lib/cellblock/cellblock-init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: JailUID, gid: JailGID}
+	r := &Runner{initBinary: "/usr/lib/cellblock/cellblock-init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: layout.UID, gid: layout.GID}
 	s := validSpec()
 	s.Mounts = []Mount{{Source: "/envs/abc", Destination: "/opt/env"}}
 	cfg := s.libcontainerConfig(r, "cellblock/r1")
@@ -92,7 +94,7 @@ func TestConfigContainment(t *testing.T) {
 	for _, m := range cfg.Mounts {
 		seen[m.Destination] = m
 	}
-	for _, dst := range []string{"/proc", "/dev", "/dev/shm", "/tmp", "/work", InitPath, "/opt/env"} {
+	for _, dst := range []string{"/proc", "/dev", "/dev/shm", "/tmp", "/work", layout.Init, "/opt/env"} {
 		if seen[dst] == nil {
 			t.Errorf("mount %s missing", dst)
 		}
@@ -100,7 +102,7 @@ func TestConfigContainment(t *testing.T) {
 	if m := seen["/tmp"]; m == nil || !strings.Contains(m.Data, "size=1048576") {
 		t.Errorf("/tmp is not size-limited: %+v", m)
 	}
-	for _, dst := range []string{InitPath, "/opt/env"} {
+	for _, dst := range []string{layout.Init, "/opt/env"} {
 		if m := seen[dst]; m == nil || m.Flags&unix.MS_RDONLY == 0 {
 			t.Errorf("%s is not read-only", dst)
 		}
@@ -112,17 +114,17 @@ func TestConfigContainment(t *testing.T) {
 	if limits[unix.RLIMIT_CORE] != 0 || limits[unix.RLIMIT_NOFILE] != 64 || limits[unix.RLIMIT_FSIZE] != 1<<20 {
 		t.Errorf("rlimits %v", limits)
 	}
-	if m := seen[WorkDir]; m == nil || !strings.Contains(m.Data, "uid=1000,gid=1000") {
+	if m := seen[layout.Work]; m == nil || !strings.Contains(m.Data, "uid=1000,gid=1000") {
 		t.Errorf("the working directory is not the jail user's: %+v", m)
 	}
-	r.userns, r.uid, r.gid = nil, NoUserNSUID, NoUserNSUID
+	r.userns, r.uid, r.gid = nil, layout.Nobody, layout.Nobody
 	cfg = s.libcontainerConfig(r, "x")
 	if cfg.Namespaces.Contains(configs.NEWUSER) {
 		t.Errorf("user namespace without a mapping")
 	}
 	for _, m := range cfg.Mounts {
-		if m.Destination == WorkDir && !strings.Contains(m.Data, "uid=65534,gid=65534") {
-			t.Errorf("without a user namespace the working directory must belong to %d: %+v", NoUserNSUID, m)
+		if m.Destination == layout.Work && !strings.Contains(m.Data, "uid=65534,gid=65534") {
+			t.Errorf("without a user namespace the working directory must belong to %d: %+v", layout.Nobody, m)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -21,23 +22,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
-// In-rootfs paths the jail relies on. The rootfs is mounted read-only, so
-// every mountpoint must already exist in the tree.
-const (
-	// Executable is the interpreter's path inside every rootfs.
-	Executable = "/usr/bin/python3"
-	// InitMountPoint is an empty file over which the jail bind-mounts its
-	// static init helper; its directory may be bind-mounted over instead.
-	InitMountPoint = "/.cellblock/init"
-	// WorkDir is the (empty) mountpoint of the run's working directory.
-	WorkDir = "/work"
-)
-
-// mountPoints are the empty directories created for the jail's mounts.
-// /dev/shm is created by the jail inside its /dev.
-var mountPoints = []string{"/tmp", WorkDir, "/dev", "/proc", path.Dir(InitMountPoint)}
+// Executable is the interpreter's path inside every rootfs.
+const Executable = "/usr/bin/python3"
 
 // caBundle is where the CA bundle lives inside the rootfs (Debian's path;
 // the path the interpreter's OpenSSL looks at is linked to it).
@@ -61,28 +51,6 @@ var dlopenedLibs = []string{"libgcc_s.so.1"}
 // buildTimeout bounds each helper process a build runs (bytecode
 // compilation, smoke test).
 const buildTimeout = 2 * time.Minute
-
-// Files written to /etc. Nothing comes from the host's /etc but the CA
-// bundle and the public services/protocols tables.
-const (
-	etcPasswd = "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-		"sandbox:x:1000:1000:sandbox:/work:/usr/sbin/nologin\n" +
-		"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-	etcGroup = "root:x:0:\n" +
-		"sandbox:x:1000:\n" +
-		"nogroup:x:65534:\n"
-	etcHosts = "127.0.0.1\tlocalhost\n" +
-		"::1\tlocalhost\n"
-	// Only sources built into glibc (files, dns), so no NSS module is
-	// dlopened; dns is harmless when the jail has no network.
-	etcNsswitch = "passwd: files\n" +
-		"group: files\n" +
-		"shadow: files\n" +
-		"hosts: files dns\n" +
-		"networks: files\n" +
-		"protocols: files\n" +
-		"services: files\n"
-)
 
 // hostEtcCopies are public, host-independent tables copied when present.
 var hostEtcCopies = []string{"/etc/services", "/etc/protocols"}
@@ -184,11 +152,13 @@ func (b *builder) at(inRoot string) string {
 	return filepath.Join(b.root, filepath.FromSlash(inRoot))
 }
 
-// run performs the build steps in order.
-func (b *builder) run() error {
+// run performs the build steps in order. Cancelling ctx stops it between
+// steps and within the long ones (copies, the interpreter runs); the
+// caller removes the partial tree.
+func (b *builder) run(ctx context.Context) error {
 	steps := []struct {
 		name string
-		fn   func() error
+		fn   func(context.Context) error
 	}{
 		{"make skeleton", b.skeleton},
 		{"copy standard library", b.copyStdlib},
@@ -199,12 +169,15 @@ func (b *builder) run() error {
 		{"install CA bundle", b.installCABundle},
 		{"copy time zone data", b.copyZoneinfo},
 		{"compile bytecode", b.compileBytecode},
-		{"make read-only", func() error { return Seal(b.root) }},
+		{"make read-only", func(context.Context) error { return Seal(b.root) }},
 		{"smoke test", b.smokeTest},
 	}
 	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
 		start := time.Now()
-		if err := s.fn(); err != nil {
+		if err := s.fn(ctx); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		b.log.Debug("rootfs build step", "step", s.name, "duration", time.Since(start))
@@ -214,11 +187,11 @@ func (b *builder) run() error {
 
 // skeleton makes the top-level layout: usrmerge symlinks, the mountpoints
 // and the directories the other steps fill.
-func (b *builder) skeleton() error {
+func (b *builder) skeleton(context.Context) error {
 	if err := os.Mkdir(b.root, 0o755); err != nil {
 		return err
 	}
-	for _, d := range append([]string{"/usr/bin", "/usr/lib", "/etc"}, mountPoints...) {
+	for _, d := range append([]string{"/usr/bin", "/usr/lib", "/etc"}, layout.MountPoints...) {
 		if err := os.MkdirAll(b.at(d), 0o755); err != nil {
 			return err
 		}
@@ -228,7 +201,8 @@ func (b *builder) skeleton() error {
 			return err
 		}
 	}
-	return writeFile(b.at(InitMountPoint), "", execMode)
+	// The jail bind-mounts its init over this empty file.
+	return writeFile(b.at(layout.Init), "", execMode)
 }
 
 // stdlibFilter keeps what a sandboxed program can use of the standard
@@ -290,12 +264,12 @@ func excludedExtension(file string) bool {
 	return false
 }
 
-func (b *builder) copyStdlib() error {
+func (b *builder) copyStdlib(ctx context.Context) error {
 	for _, t := range b.trees {
 		if err := os.MkdirAll(filepath.Dir(b.at(t.dst)), 0o755); err != nil {
 			return err
 		}
-		copied, err := copyTree(t.src, b.at(t.dst), stdlibFilter(b.h.CacheTag))
+		copied, err := copyTree(ctx, t.src, b.at(t.dst), stdlibFilter(b.h.CacheTag))
 		if err != nil {
 			return err
 		}
@@ -324,7 +298,7 @@ func (b *builder) copyStdlib() error {
 	return nil
 }
 
-func (b *builder) copyInterpreter() error {
+func (b *builder) copyInterpreter(context.Context) error {
 	fi, err := os.Stat(b.h.Executable)
 	if err != nil {
 		return err
@@ -346,7 +320,7 @@ func (b *builder) copyInterpreter() error {
 // loader at the executable's PT_INTERP path. Extension modules whose
 // libraries the host lacks are dropped: they cannot load on the host
 // either.
-func (b *builder) copyLibraries() error {
+func (b *builder) copyLibraries(ctx context.Context) error {
 	r, err := newLibResolver(b.h.Executable)
 	if err != nil {
 		return err
@@ -410,7 +384,7 @@ func (b *builder) copyLibraries() error {
 	}
 	sort.Strings(b.libraries)
 	if exe.interp == "" {
-		return copyFiles(jobs) // a static interpreter
+		return copyFiles(ctx, jobs) // a static interpreter
 	}
 	ldName := path.Base(exe.interp)
 	if _, ok := r.libs[ldName]; !ok {
@@ -421,7 +395,7 @@ func (b *builder) copyLibraries() error {
 		jobs = append(jobs, fileJob{src: exe.interp, dst: b.at(b.libDir + "/" + ldName), mode: execMode, mtime: fi.ModTime()})
 		b.libraries = append(b.libraries, ldName)
 	}
-	if err := copyFiles(jobs); err != nil {
+	if err := copyFiles(ctx, jobs); err != nil {
 		return err
 	}
 	return b.linkInterp(exe.interp, b.libDir+"/"+ldName)
@@ -478,7 +452,7 @@ func (b *builder) linkInterp(interp, loader string) error {
 // copyWheels copies the wheels of a distribution's WHEEL_PKG_DIR (Debian
 // keeps ensurepip's pip there instead of in ensurepip/_bundled) and finds
 // the pip wheel.
-func (b *builder) copyWheels() error {
+func (b *builder) copyWheels(ctx context.Context) error {
 	dirs := []string{b.stdlib + "/ensurepip/_bundled"}
 	if w := b.h.WheelPkgDir; filepath.IsAbs(w) && safeInRoot(w) {
 		if fi, err := os.Stat(w); err == nil && fi.IsDir() {
@@ -495,7 +469,7 @@ func (b *builder) copyWheels() error {
 					jobs = append(jobs, fileJob{src: p, dst: b.at(path.Join(w, filepath.Base(p))), mode: fileMode, mtime: fi.ModTime()})
 				}
 			}
-			if err := copyFiles(jobs); err != nil {
+			if err := copyFiles(ctx, jobs); err != nil {
 				return err
 			}
 			dirs = append(dirs, filepath.Clean(w))
@@ -531,7 +505,7 @@ func safeInRoot(p string) bool {
 	if !path.IsAbs(p) || p == "/" {
 		return false
 	}
-	for _, m := range mountPoints {
+	for _, m := range layout.MountPoints {
 		if p == m || strings.HasPrefix(p, m+"/") {
 			return false
 		}
@@ -539,18 +513,11 @@ func safeInRoot(p string) bool {
 	return true
 }
 
-func (b *builder) writeEtc() error {
-	files := []struct {
-		name, content string
-	}{
-		{"passwd", etcPasswd},
-		{"group", etcGroup},
-		{"hosts", etcHosts},
-		{"nsswitch.conf", etcNsswitch},
-		{"resolv.conf", ""},
-	}
-	for _, f := range files {
-		if err := writeFile(b.at("/etc/"+f.name), f.content, fileMode); err != nil {
+// writeEtc writes the jail's own /etc files and copies the host's public
+// tables. Nothing else comes from the host's /etc but the CA bundle.
+func (b *builder) writeEtc(ctx context.Context) error {
+	for _, f := range layout.Etc() {
+		if err := writeFile(b.at("/etc/"+f.Name), f.Content, fileMode); err != nil {
 			return err
 		}
 	}
@@ -560,13 +527,13 @@ func (b *builder) writeEtc() error {
 			jobs = append(jobs, fileJob{src: p, dst: b.at(p), mode: fileMode, mtime: fi.ModTime()})
 		}
 	}
-	return copyFiles(jobs)
+	return copyFiles(ctx, jobs)
 }
 
 // installCABundle copies the host's CA bundle to Debian's path and links
 // the interpreter's OpenSSL default file and directory to it, so
 // ssl.create_default_context() verifies servers.
-func (b *builder) installCABundle() error {
+func (b *builder) installCABundle(context.Context) error {
 	src := ""
 	for _, p := range []string{hostCABundle, b.h.OpenSSLCAFile} {
 		if p == "" {
@@ -612,7 +579,7 @@ func (b *builder) installCABundle() error {
 	return nil
 }
 
-func (b *builder) copyZoneinfo() error {
+func (b *builder) copyZoneinfo(ctx context.Context) error {
 	fi, err := os.Stat(hostZoneinfo)
 	if err != nil || !fi.IsDir() {
 		return nil
@@ -620,7 +587,7 @@ func (b *builder) copyZoneinfo() error {
 	if err := os.MkdirAll(b.at(path.Dir(hostZoneinfo)), 0o755); err != nil {
 		return err
 	}
-	_, err = copyTree(hostZoneinfo, b.at(hostZoneinfo), func(rel string, isDir bool) treeAction {
+	_, err = copyTree(ctx, hostZoneinfo, b.at(hostZoneinfo), func(rel string, isDir bool) treeAction {
 		if rel == "right" { // leap-second variants: half the files, rarely wanted
 			return skipEntry
 		}
@@ -629,19 +596,12 @@ func (b *builder) copyZoneinfo() error {
 	return err
 }
 
-// compileScript compiles the sources listed on stdin as JSON [[path,
-// path-in-rootfs], ...] to their __pycache__ files, timestamp-validated,
-// and prints the failures.
-const compileScript = `
-import sys, json, py_compile
-failed = {}
-for src, dfile in json.load(sys.stdin):
-    try:
-        py_compile.compile(src, dfile=dfile, doraise=True)
-    except Exception as e:
-        failed[dfile] = str(e)
-print(json.dumps(failed))
-`
+// compileScript (compile.py) compiles the sources listed on stdin as JSON
+// [[path, path-in-rootfs], ...] to their __pycache__ files,
+// timestamp-validated, and prints the failures.
+//
+//go:embed compile.py
+var compileScript string
 
 // compileBatch is how many stale sources make it worth another compiler
 // process.
@@ -653,7 +613,7 @@ const compileBatch = 200
 // all still match; only the missing or stale ones are compiled, by the
 // host interpreter itself (same magic number, same cache tag). Failures
 // only cost start-up time, so they are logged, not fatal.
-func (b *builder) compileBytecode() error {
+func (b *builder) compileBytecode(ctx context.Context) error {
 	magic, err := hex.DecodeString(b.h.PycMagic)
 	if err != nil {
 		return fmt.Errorf("pyc magic %q: %w", b.h.PycMagic, err)
@@ -691,10 +651,13 @@ func (b *builder) compileBytecode() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = b.compile(stale[i*len(stale)/n : (i+1)*len(stale)/n])
+			errs[i] = b.compile(ctx, stale[i*len(stale)/n:(i+1)*len(stale)/n])
 		}()
 	}
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err // the compilers were killed: no failure of theirs
+	}
 	if err := errors.Join(errs...); err != nil {
 		b.log.Warn("rootfs: some modules have no bytecode and compile at each import", "err", err)
 	}
@@ -702,12 +665,12 @@ func (b *builder) compileBytecode() error {
 }
 
 // compile runs compileScript with the host interpreter over files.
-func (b *builder) compile(files [][2]string) error {
+func (b *builder) compile(ctx context.Context, files [][2]string) error {
 	in, err := json.Marshal(files)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.h.Executable, "-I", "-S", "-c", compileScript)
 	// No SOURCE_DATE_EPOCH: it would make py_compile write hash-based .pyc.
@@ -753,33 +716,17 @@ func pycValid(src, pyc string, magic []byte) bool {
 		binary.LittleEndian.Uint32(h[12:16]) == uint32(st.Size())
 }
 
-// smokeScript runs inside the new rootfs: it imports every extension
+// smokeScript (smoke.py) runs inside the new rootfs: it imports every extension
 // module (which catches a missing shared library), a few packages wrapping
 // them, and makes an SSL context with the CA bundle, and reports.
-const smokeScript = `
-import sys, os, json, importlib
-out = {"prefix": sys.prefix, "exec_prefix": sys.exec_prefix, "version": list(sys.version_info[:3]),
-       "path": sys.path, "failed": {}}
-names = ["encodings", "sqlite3", "ctypes"]
-dynload = sys.argv[1]
-names += sorted(f.split(".")[0] for f in os.listdir(dynload) if f.endswith(".so"))
-for name in names:
-    try:
-        importlib.import_module(name)
-    except Exception as e:
-        out["failed"][name] = repr(e)
-try:
-    import ssl
-    out["ca_certs"] = len(ssl.create_default_context().get_ca_certs())
-except Exception as e:
-    out["failed"]["ssl.create_default_context"] = repr(e)
-print(json.dumps(out))
-`
+//
+//go:embed smoke.py
+var smokeScript string
 
 // smokeTest runs the new interpreter chrooted into the tree as nobody,
 // when we are root (it is skipped otherwise), and fails the build if the
 // interpreter does not find its prefix or cannot import a module.
-func (b *builder) smokeTest() error {
+func (b *builder) smokeTest(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		b.log.Debug("rootfs: smoke test skipped, needs root for chroot")
 		return nil
@@ -788,7 +735,7 @@ func (b *builder) smokeTest() error {
 	if !ok {
 		return fmt.Errorf("lib-dynload %s was not copied", b.h.Dynload)
 	}
-	out, err := runInRoot(b.root, []string{Executable, "-W", "ignore", "-c", smokeScript, dynload})
+	out, err := runInRoot(ctx, b.root, []string{Executable, "-W", "ignore", "-c", smokeScript, dynload})
 	if err != nil {
 		return err
 	}
@@ -815,21 +762,24 @@ func (b *builder) smokeTest() error {
 }
 
 // runInRoot runs argv chrooted into root as nobody with the environment a
-// jail gives, and returns its stdout.
-func runInRoot(root string, argv []string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+// jail gives, and returns its stdout. Cancelling ctx kills it.
+func runInRoot(ctx context.Context, root string, argv []string) ([]byte, error) {
+	cmdCtx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := exec.CommandContext(cmdCtx, argv[0], argv[1:]...)
 	cmd.Path = argv[0] // resolved inside the chroot, not on the host's PATH
 	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "HOME=/work"}
+	cmd.Env = []string{"PATH=/usr/bin", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1", "HOME=" + layout.Work}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Chroot:     root,
-		Credential: &syscall.Credential{Uid: 65534, Gid: 65534, NoSetGroups: false},
+		Credential: &syscall.Credential{Uid: layout.Nobody, Gid: layout.Nobody, NoSetGroups: false},
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("run %s in %s: %w", argv[0], root, ctx.Err())
+		}
 		return nil, fmt.Errorf("run %s in %s: %w: %s", argv[0], root, err, lastLines(stderr.String(), 10))
 	}
 	return stdout.Bytes(), nil

@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -58,12 +59,16 @@ type copiedTree struct {
 // writable; makeReadOnly seals them at the end of the build. A symlink is
 // kept when it is relative, stays inside the tree and resolves; otherwise
 // a symlink to a regular file is replaced by a copy of the file and any
-// other symlink is dropped. Special files are dropped.
-func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
+// other symlink is dropped. Special files are dropped. Cancelling ctx
+// stops the copy, leaving part of the tree.
+func copyTree(ctx context.Context, src, dst string, filter treeFilter) (*copiedTree, error) {
 	out := &copiedTree{}
 	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("walk %s: %w", path, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		rel, err := filepath.Rel(src, path)
 		if err != nil {
@@ -106,7 +111,7 @@ func copyTree(src, dst string, filter treeFilter) (*copiedTree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: %w", src, err)
 	}
-	if err := copyFiles(out.files); err != nil {
+	if err := copyFiles(ctx, out.files); err != nil {
 		return nil, fmt.Errorf("copy %s: %w", src, err)
 	}
 	return out, nil
@@ -156,7 +161,8 @@ func modeFor(m os.FileMode) os.FileMode {
 }
 
 // copyFiles copies the jobs with a few workers and returns the first error.
-func copyFiles(jobs []fileJob) error {
+// Cancelling ctx stops it after the files being copied.
+func copyFiles(ctx context.Context, jobs []fileJob) error {
 	ch := make(chan fileJob)
 	var (
 		wg       sync.WaitGroup
@@ -178,11 +184,19 @@ func copyFiles(jobs []fileJob) error {
 			}
 		}()
 	}
+feed:
 	for _, j := range jobs {
-		ch <- j
+		select {
+		case ch <- j:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(ch)
 	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
 	return firstErr
 }
 

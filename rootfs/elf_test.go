@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,7 @@ func hostPythonForTest(t *testing.T) *hostPython {
 	if _, err := exec.LookPath(DefaultInterpreter); err != nil {
 		t.Skipf("no %s on PATH: %v", DefaultInterpreter, err)
 	}
-	h, err := probe(DefaultInterpreter)
+	h, err := probe(context.Background(), DefaultInterpreter)
 	if err != nil {
 		t.Fatalf("probe %s: %v", DefaultInterpreter, err)
 	}

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -31,47 +32,11 @@ const probeTimeout = 30 * time.Second
 // does itself, because Python 2 has no -I and must be told apart clearly.
 var probeFlags = []string{"-E", "-s", "-S"}
 
-// probeScript runs under the interpreter to import and prints one JSON
-// object. It must stay valid Python 2.
-const probeScript = `
-import sys
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-import json
-vi = sys.version_info
-out = {"version": [vi[0], vi[1], vi[2]], "releaselevel": vi[3], "serial": vi[4],
-       "implementation": getattr(getattr(sys, "implementation", None), "name", "")}
-if vi[0] >= 3:
-    import os, sysconfig
-    cv = sysconfig.get_config_var
-    dynload = ""
-    for p in sys.path:
-        if os.path.basename(p) == "lib-dynload":
-            dynload = p
-            break
-    out.update({
-        "executable": sys.executable,
-        "base_prefix": getattr(sys, "base_prefix", sys.prefix),
-        "base_exec_prefix": getattr(sys, "base_exec_prefix", sys.exec_prefix),
-        "stdlib": sysconfig.get_path("stdlib"),
-        "platstdlib": sysconfig.get_path("platstdlib"),
-        "purelib": sysconfig.get_path("purelib"),
-        "platlib": sysconfig.get_path("platlib"),
-        "dynload": dynload or cv("DESTSHARED") or "",
-        "soabi": cv("SOABI") or "",
-        "cache_tag": sys.implementation.cache_tag or "",
-        "wheel_pkg_dir": cv("WHEEL_PKG_DIR") or "",
-        "pyc_magic": sys.modules["_frozen_importlib_external"].MAGIC_NUMBER.hex(),
-    })
-    try:
-        import _ssl
-        paths = _ssl.get_default_verify_paths()
-        out["openssl_cafile"] = paths[1] or ""
-        out["openssl_capath"] = paths[3] or ""
-    except Exception:
-        pass
-print(json.dumps(out))
-`
+// probeScript (probe.py) runs under the interpreter to import and prints
+// one JSON object. It must stay valid Python 2.
+//
+//go:embed probe.py
+var probeScript string
 
 // hostPython is what the probe learned about an interpreter on the host.
 type hostPython struct {
@@ -111,8 +76,8 @@ func (h *hostPython) versionString() string {
 
 // probe runs the interpreter at path (which may be a shim script or a
 // symlink, or a bare name looked up on PATH) and reports the real
-// interpreter behind it.
-func probe(path string) (*hostPython, error) {
+// interpreter behind it. Cancelling ctx kills the interpreter.
+func probe(ctx context.Context, path string) (*hostPython, error) {
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
@@ -120,14 +85,17 @@ func probe(path string) (*hostPython, error) {
 		}
 		path = p
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	cmdCtx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append(probeFlags, "-c", probeScript)...)
+	cmd := exec.CommandContext(cmdCtx, path, append(probeFlags, "-c", probeScript)...)
 	// The environment and working directory are kept: shims need them to
 	// pick their interpreter (pyenv reads .python-version files).
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("probe python %s: %w", path, ctx.Err())
+		}
 		return nil, fmt.Errorf("probe python %s: %w: %s", path, err, lastLines(stderr.String(), 5))
 	}
 	h := &hostPython{}

@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -140,7 +142,7 @@ type checkResult struct {
 // checkRootfs runs checkScript in p's tree and checks the results.
 func checkRootfs(t *testing.T, p Python, wantVersion string) {
 	t.Helper()
-	out, err := runInRoot(p.Dir, []string{p.Executable, "-c", checkScript})
+	out, err := runInRoot(context.Background(), p.Dir, []string{p.Executable, "-c", checkScript})
 	if err != nil {
 		t.Fatalf("run python in chroot of %s: %v", p.ID, err)
 	}
@@ -204,7 +206,7 @@ func checkRootfs(t *testing.T, p Python, wantVersion string) {
 // for ensurepip (pyenv builds always do; Debian's needs python3-pip-whl).
 func hostHasPipWheel(t *testing.T, python string) bool {
 	t.Helper()
-	h, err := probe(python)
+	h, err := probe(context.Background(), python)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +229,7 @@ func hostPythonOrSkip(t *testing.T, python string) *hostPython {
 	} else if _, err := exec.LookPath(python); err != nil {
 		t.Skipf("needs %s on PATH: %v", python, err)
 	}
-	h, err := probe(python)
+	h, err := probe(context.Background(), python)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +297,7 @@ func TestRootStore(t *testing.T) {
 	}
 
 	start := time.Now()
-	def, err := s.EnsureDefault()
+	def, err := s.EnsureDefault(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,11 +317,11 @@ func TestRootStore(t *testing.T) {
 	// the stored rootfs without rebuilding it.
 	fi1, _ := os.Stat(filepath.Join(dir, def.ID, metaFileName))
 	start = time.Now()
-	again, err := s.EnsureDefault()
+	again, err := s.EnsureDefault(context.Background())
 	if err != nil || again != def {
 		t.Errorf("EnsureDefault again = %+v, %v; want %+v", again, err, def)
 	}
-	same, err := s.Import(DefaultInterpreter)
+	same, err := s.Import(context.Background(), DefaultInterpreter)
 	if err != nil || same != def {
 		t.Errorf("Import(%s) again = %+v, %v; want %+v", DefaultInterpreter, same, err, def)
 	}
@@ -335,7 +337,7 @@ func TestRootStore(t *testing.T) {
 			py := "/root/.pyenv/versions/" + v + "/bin/python3"
 			hostPythonOrSkip(t, py)
 			start := time.Now()
-			p, err := s.Import(py)
+			p, err := s.Import(context.Background(), py)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,7 +450,7 @@ func TestRootOlderPythons(t *testing.T) {
 		if err != nil || pv.release[1] < 6 || pv.release[1] > 10 {
 			continue
 		}
-		p, err := s.Import(py)
+		p, err := s.Import(context.Background(), py)
 		if pv.release[1] < minMinor {
 			if err == nil || !strings.Contains(err.Error(), "need CPython 3.8 or newer") {
 				t.Errorf("Import(%s) = %+v, %v; want a clear rejection", py, p, err)
@@ -480,7 +482,7 @@ func TestRootDebianPython(t *testing.T) {
 	}
 	s.SetLogger(testLogger(t))
 	start := time.Now()
-	p, err := s.Import(py)
+	p, err := s.Import(context.Background(), py)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +506,7 @@ func TestRootReimportChangedSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1, err := s.Import(host.Executable)
+	p1, err := s.Import(context.Background(), host.Executable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +522,7 @@ func TestRootReimportChangedSource(t *testing.T) {
 	if err := writeMeta(metaPath, m); err != nil {
 		t.Fatal(err)
 	}
-	p2, err := s.Import(host.Executable)
+	p2, err := s.Import(context.Background(), host.Executable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +533,7 @@ func TestRootReimportChangedSource(t *testing.T) {
 	if err != nil || m2.SourceStamp.Size == m.SourceStamp.Size || !m2.Built.After(m.Built) {
 		t.Errorf("not rebuilt: %+v %v", m2, err)
 	}
-	if out, err := runInRoot(p2.Dir, []string{Executable, "-c", "print(1)"}); err != nil || string(out) != "1\n" {
+	if out, err := runInRoot(context.Background(), p2.Dir, []string{Executable, "-c", "print(1)"}); err != nil || string(out) != "1\n" {
 		t.Errorf("rebuilt rootfs does not run: %q %v", out, err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -555,7 +557,7 @@ func TestRootStartupTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.EnsureDefault()
+	p, err := s.EnsureDefault(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +575,7 @@ func TestRootStartupTime(t *testing.T) {
 		return ds[n/2]
 	}
 	chroot := median(func() error {
-		_, err := runInRoot(p.Dir, []string{Executable, "-c", "pass"})
+		_, err := runInRoot(context.Background(), p.Dir, []string{Executable, "-c", "pass"})
 		return err
 	})
 	hostT := median(func() error {
@@ -586,9 +588,106 @@ func TestRootStartupTime(t *testing.T) {
 		return exec.Command(host.Executable, "-I", "-S", "-c", "pass").Run()
 	})
 	chrootS := median(func() error {
-		_, err := runInRoot(p.Dir, []string{Executable, "-I", "-S", "-c", "pass"})
+		_, err := runInRoot(context.Background(), p.Dir, []string{Executable, "-I", "-S", "-c", "pass"})
 		return err
 	})
 	t.Logf("python -c pass, median of %d: chroot %v, host %v, host -I %v; with -I -S: chroot %v, host %v",
 		n, chroot, hostT, hostI, chrootS, hostS)
+}
+
+// stepHook is a slog handler that calls fn with each build step the
+// store logs as done, and passes every record on.
+type stepHook struct {
+	slog.Handler
+	fn func(step string)
+}
+
+func (h stepHook) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "rootfs build step" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "step" {
+				h.fn(a.Value.String())
+			}
+			return true
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h stepHook) WithAttrs(as []slog.Attr) slog.Handler {
+	return stepHook{h.Handler.WithAttrs(as), h.fn}
+}
+
+func (h stepHook) WithGroup(name string) slog.Handler {
+	return stepHook{h.Handler.WithGroup(name), h.fn}
+}
+
+// TestRootImportCancelled cancels a build once its first step is done (the
+// daemon's SIGTERM during its first start): Import must give up at once,
+// with the context's error, and leave nothing in the store.
+func TestRootImportCancelled(t *testing.T) {
+	requireRoot(t)
+	hostPythonOrSkip(t, DefaultInterpreter)
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		steps     []string
+		cancelled time.Time
+	)
+	s.SetLogger(slog.New(stepHook{testLogger(t).Handler(), func(step string) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, step)
+		if cancelled.IsZero() {
+			cancelled = time.Now()
+			cancel()
+		}
+	}}))
+
+	_, err = s.Import(ctx, DefaultInterpreter)
+	returned := time.Now()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Import with its context cancelled during the build: %v, want context.Canceled", err)
+	}
+	mu.Lock()
+	t.Logf("steps done: %v; Import returned %v after the cancel", steps, returned.Sub(cancelled))
+	if len(steps) > 1 {
+		t.Errorf("the build went on after the cancel: steps %v", steps)
+	}
+	if d := returned.Sub(cancelled); d > 10*time.Second {
+		t.Errorf("Import returned %v after the cancel", d)
+	}
+	mu.Unlock()
+	checkEmptyStore(t, s)
+
+	// A context cancelled before the call: nothing is even probed.
+	_, err = s.EnsureDefault(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("EnsureDefault with a cancelled context: %v, want context.Canceled", err)
+	}
+	checkEmptyStore(t, s)
+}
+
+// checkEmptyStore fails unless the store holds nothing but its lock file,
+// even before the next Open's clean-up.
+func checkEmptyStore(t *testing.T, s *Store) {
+	t.Helper()
+	entries, err := os.ReadDir(s.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != lockFileName {
+			t.Errorf("the store holds %s", e.Name())
+		}
+	}
+	if ps, err := s.List(); err != nil || len(ps) != 0 {
+		t.Errorf("the store lists %v, %v", ps, err)
+	}
 }

@@ -10,6 +10,9 @@
 // /usr/lib/<multiarch>, a minimal /etc (passwd, group, hosts, nsswitch.conf,
 // an empty resolv.conf, the CA bundle), time zone data, and empty
 // mountpoints for the jail (/tmp, /work, /dev, /proc, /.cellblock/init).
+// What the jail expects to find (the mountpoints, the /etc files and the
+// accounts in them) is package nsjail/layout's; this package only lays it
+// down.
 //
 // The store directory holds one directory per rootfs, named by its ID:
 //
@@ -21,9 +24,9 @@
 // place, so a rootfs is either complete or absent. Built trees are never
 // modified: they are root-owned, directories 0555, files 0444 or 0555, all
 // readable by any uid so that a jail's user in a user namespace can use
-// them. A rebuilt rootfs replaces the old one atomically; the old tree (and
-// a removed one) is deleted by the next Open, since a running jail may
-// still have it mounted.
+// them. A rebuilt rootfs replaces the old one atomically; the old tree is
+// deleted by the next Open, since a running jail may still have it
+// mounted. A build that fails or is cancelled removes its partial tree.
 //
 // The package must not mount anything, run untrusted code (it runs only
 // host interpreters the operator chose, and the built interpreter in a
@@ -33,6 +36,7 @@
 package rootfs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,7 +116,7 @@ type Store struct {
 
 // Open opens the store at dir (usually <state-dir>/rootfs), creating it
 // and any missing parents with mode 0755, and removes what interrupted
-// builds, replacements and removals left behind.
+// builds and replacements left behind.
 func Open(dir string) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -193,7 +197,7 @@ func (s *Store) lock() (func(), error) {
 // python3 (DefaultInterpreter on PATH) when the store is empty. If the
 // store has rootfses but none is marked default (its default was removed),
 // the highest version becomes the default.
-func (s *Store) EnsureDefault() (Python, error) {
+func (s *Store) EnsureDefault(ctx context.Context) (Python, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps, err := s.list()
@@ -212,11 +216,11 @@ func (s *Store) EnsureDefault() (Python, error) {
 		p.Default = true
 		return p, nil
 	}
-	h, err := probe(DefaultInterpreter)
+	h, err := probe(ctx, DefaultInterpreter)
 	if err != nil {
 		return Python{}, fmt.Errorf("build default rootfs: %w", err)
 	}
-	p, err := s.importProbed(h)
+	p, err := s.importProbed(ctx, h)
 	if err != nil {
 		return Python{}, fmt.Errorf("build default rootfs: %w", err)
 	}
@@ -235,14 +239,14 @@ func (s *Store) EnsureDefault() (Python, error) {
 // under the same ID. Another interpreter of an already stored version
 // (say a pyenv 3.11.7 and a /usr/local 3.11.7) gets its own rootfs whose
 // ID has a numeric suffix ("cpython-3.11.7-2").
-func (s *Store) Import(pythonPath string) (Python, error) {
-	h, err := probe(pythonPath)
+func (s *Store) Import(ctx context.Context, pythonPath string) (Python, error) {
+	h, err := probe(ctx, pythonPath)
 	if err != nil {
 		return Python{}, fmt.Errorf("import %s: %w", pythonPath, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, err := s.importProbed(h)
+	p, err := s.importProbed(ctx, h)
 	if err != nil {
 		return Python{}, fmt.Errorf("import %s: %w", pythonPath, err)
 	}
@@ -250,7 +254,7 @@ func (s *Store) Import(pythonPath string) (Python, error) {
 }
 
 // importProbed does Import's work; s.mu is held.
-func (s *Store) importProbed(h *hostPython) (Python, error) {
+func (s *Store) importProbed(ctx context.Context, h *hostPython) (Python, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return Python{}, err
@@ -280,7 +284,7 @@ func (s *Store) importProbed(h *hostPython) (Python, error) {
 			return Python{}, err
 		}
 	}
-	m, tmp, err := s.build(h, id, stamp)
+	m, tmp, err := s.build(ctx, h, id, stamp)
 	if err != nil {
 		return Python{}, err
 	}
@@ -316,13 +320,13 @@ func (s *Store) newID(base string) (string, error) {
 
 // build builds the rootfs in a new temporary directory of the store and
 // returns its metadata and that directory, ready to be installed.
-func (s *Store) build(h *hostPython, id string, stamp sourceStamp) (*metadata, string, error) {
+func (s *Store) build(ctx context.Context, h *hostPython, id string, stamp sourceStamp) (*metadata, string, error) {
 	start := time.Now()
 	tmp, err := os.MkdirTemp(s.dir, buildPrefix+id+"-")
 	if err != nil {
 		return nil, "", fmt.Errorf("build rootfs %s: %w", id, err)
 	}
-	m, err := s.buildIn(tmp, h, id, stamp, start)
+	m, err := s.buildIn(ctx, tmp, h, id, stamp, start)
 	if err != nil {
 		RemoveTree(tmp)
 		return nil, "", fmt.Errorf("build rootfs %s from %s: %w", id, h.Executable, err)
@@ -330,12 +334,12 @@ func (s *Store) build(h *hostPython, id string, stamp sourceStamp) (*metadata, s
 	return m, tmp, nil
 }
 
-func (s *Store) buildIn(tmp string, h *hostPython, id string, stamp sourceStamp, start time.Time) (*metadata, error) {
+func (s *Store) buildIn(ctx context.Context, tmp string, h *hostPython, id string, stamp sourceStamp, start time.Time) (*metadata, error) {
 	b, err := newBuilder(h, filepath.Join(tmp, treeDirName), s.log)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.run(); err != nil {
+	if err := b.run(ctx); err != nil {
 		return nil, err
 	}
 	m := &metadata{
@@ -543,65 +547,4 @@ func (s *Store) PickSpecifier(spec string) (Python, error) {
 		return Python{}, err
 	}
 	return pickSpecifier(ps, spec)
-}
-
-// SetDefault makes the rootfs with the given ID the default.
-func (s *Store) SetDefault(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.checkID(id); err != nil {
-		return err
-	}
-	return s.setDefault(id)
-}
-
-// Remove takes the rootfs with the given ID out of the store at once; its
-// files are deleted by the next Open (a running jail may still have it
-// mounted). When it was the default, the highest remaining version becomes
-// the default.
-func (s *Store) Remove(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	unlock, err := s.lock()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.checkID(id); err != nil {
-		return err
-	}
-	wasDefault := s.defaultID() == id
-	if err := s.retire(id); err != nil {
-		return err
-	}
-	if !wasDefault {
-		return nil
-	}
-	ps, err := s.list()
-	if err != nil {
-		return err
-	}
-	if p, ok := best(ps); ok {
-		return s.setDefault(p.ID)
-	}
-	if err := os.Remove(filepath.Join(s.dir, defaultLink)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove rootfs %s: clear default: %w", id, err)
-	}
-	return nil
-}
-
-// checkID fails unless id names a rootfs in the store.
-func (s *Store) checkID(id string) error {
-	if id == "" || strings.ContainsAny(id, `/\`) || strings.HasPrefix(id, ".") || id == defaultLink {
-		return fmt.Errorf("rootfs id %q: %w", id, fs.ErrInvalid)
-	}
-	if _, err := os.Stat(filepath.Join(s.dir, id, metaFileName)); err != nil {
-		return fmt.Errorf("rootfs %s: %w", id, err)
-	}
-	return nil
 }

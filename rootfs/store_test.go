@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"io/fs"
@@ -103,7 +104,7 @@ func TestStoreWithoutBuilding(t *testing.T) {
 	}
 
 	// No default yet: EnsureDefault marks the highest version, no build.
-	p, err := s.EnsureDefault()
+	p, err := s.EnsureDefault(context.Background())
 	if err != nil || p.ID != "cpython-3.13.0" || !p.Default {
 		t.Fatalf("EnsureDefault = %+v, %v", p, err)
 	}
@@ -195,12 +196,12 @@ func TestProbeShim(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{shim, link} {
-		got, err := probe(p)
+		got, err := probe(context.Background(), p)
 		if err != nil {
-			t.Fatalf("probe(%s): %v", p, err)
+			t.Fatalf("probe(context.Background(), %s): %v", p, err)
 		}
 		if got.Executable != h.Executable || got.versionString() != h.versionString() || got.SOABI != h.SOABI {
-			t.Errorf("probe(%s) = %s %s %s, want %s %s %s", p, got.Executable, got.versionString(), got.SOABI,
+			t.Errorf("probe(context.Background(), %s) = %s %s %s, want %s %s %s", p, got.Executable, got.versionString(), got.SOABI,
 				h.Executable, h.versionString(), h.SOABI)
 		}
 	}
@@ -227,16 +228,16 @@ func TestProbeRejects(t *testing.T) {
 		if err := os.WriteFile(p, []byte("#!/bin/sh\ncat <<'EOF'\n"+tc.out+"\nEOF\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		_, err := probe(p)
+		_, err := probe(context.Background(), p)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("probe(%s) error %v, want it to contain %q", name, err, tc.want)
+			t.Errorf("probe(context.Background(), %s) error %v, want it to contain %q", name, err, tc.want)
 		}
 	}
 	failing := filepath.Join(dir, "failing")
 	if err := os.WriteFile(failing, []byte("#!/bin/sh\necho 'pyenv: python3: command not found' >&2\nexit 127\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := probe(failing); err == nil || !strings.Contains(err.Error(), "command not found") {
+	if _, err := probe(context.Background(), failing); err == nil || !strings.Contains(err.Error(), "command not found") {
 		t.Errorf("probe of a failing shim: %v", err)
 	}
 	// A real Python 2, when this machine has one.
@@ -244,8 +245,8 @@ func TestProbeRejects(t *testing.T) {
 		if _, err := os.Stat(py2); err != nil {
 			continue
 		}
-		if _, err := probe(py2); err == nil || !strings.Contains(err.Error(), "need CPython 3.8 or newer") {
-			t.Errorf("probe(%s): %v", py2, err)
+		if _, err := probe(context.Background(), py2); err == nil || !strings.Contains(err.Error(), "need CPython 3.8 or newer") {
+			t.Errorf("probe(context.Background(), %s): %v", py2, err)
 		}
 	}
 }
@@ -376,7 +377,7 @@ func TestCopyTree(t *testing.T) {
 		}
 	}
 	dst := filepath.Join(t.TempDir(), "dst")
-	_, err := copyTree(src, dst, func(rel string, isDir bool) treeAction {
+	_, err := copyTree(context.Background(), src, dst, func(rel string, isDir bool) treeAction {
 		switch rel {
 		case "skipme":
 			return skipEntry

@@ -162,8 +162,13 @@ func run(cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("rootfs store: %w", err)
 	}
 	store.SetLogger(log)
-	py, err := ensureDefault(store, cfg.Python, log)
+	py, err := ensureDefault(ctx, store, cfg.Python, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while building: the store kept nothing half-built.
+			log.Info("cellblockd stopped during start-up", "err", err)
+			return nil
+		}
 		return err
 	}
 
@@ -281,11 +286,11 @@ func findInit(path string) (string, error) {
 	return path, nil
 }
 
-func ensureDefault(store *rootfs.Store, python string, log *slog.Logger) (rootfs.Python, error) {
+func ensureDefault(ctx context.Context, store *rootfs.Store, python string, log *slog.Logger) (rootfs.Python, error) {
 	if pys, err := store.List(); err == nil && len(pys) == 0 {
 		if python != "" {
 			log.Info("building the default Python rootfs", "python", python)
-			py, err := store.Import(python)
+			py, err := store.Import(ctx, python)
 			if err != nil {
 				return py, fmt.Errorf("default Python rootfs from %s: %w", python, err)
 			}
@@ -293,7 +298,7 @@ func ensureDefault(store *rootfs.Store, python string, log *slog.Logger) (rootfs
 		}
 		log.Info("building the default Python rootfs from the host's python3")
 	}
-	py, err := store.EnsureDefault()
+	py, err := store.EnsureDefault(ctx)
 	if err != nil {
 		return py, fmt.Errorf("default Python rootfs: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // stringList is a repeatable string flag.
@@ -132,6 +133,6 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Float64Var(&cfg.Maxima.CPUs, "max-cpus", cfg.Maxima.CPUs, "maximum CPU quota in cores")
 	fs.Var(size{&cfg.Defaults.OutputBytes}, "default-output", "default cap on each of stdout and stderr")
 	fs.Var(size{&cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
-	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of /tmp, /work and /dev/shm")
-	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of /tmp, /work and /dev/shm")
+	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
+	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
 }

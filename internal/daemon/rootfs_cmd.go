@@ -1,10 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/rootfs"
@@ -35,7 +38,10 @@ func rootfsMain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, "cellblockd rootfs import: --python PATH is required\n")
 			return 2
 		}
-		py, err := store.Import(*python)
+		// Interrupted, the build removes its partial tree before exiting.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		py, err := store.Import(ctx, *python)
 		if err != nil {
 			fmt.Fprintf(stderr, "cellblockd: import %s: %v\n", *python, err)
 			return 1

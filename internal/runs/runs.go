@@ -18,6 +18,7 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/rootfs"
 )
 
@@ -189,7 +190,8 @@ func (e *Executor) Info() api.Info {
 		UserNamespace: e.runner.UserNamespace(),
 		Seccomp:       true,
 		Network:       "none: a private network namespace with only loopback",
-		Filesystem:    "read-only root; writable tmpfs at /tmp, /work (the working directory and HOME) and /dev/shm, each of tmp_bytes",
+		Filesystem: "read-only root; writable tmpfs at " + layout.Tmp + ", " + layout.Work +
+			" (the working directory and HOME) and " + layout.Shm + ", each of tmp_bytes",
 		Prestart:      e.cfg.Prestart,
 		PrestartReady: e.pool.Ready(),
 		Dependencies:  e.deps.Info(),

@@ -233,11 +233,15 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		onOutput = sw.output
 	}
 	res, err := s.exec.Execute(ctx, id, req, limits, onOutput)
-	if err != nil {
+	switch {
+	case err == nil:
+	case r.Context().Err() != nil:
+		res = &api.Result{Error: api.Errorf(api.ErrCanceled, "", "the caller went away")}
+	case ctx.Err() != nil:
+		// Shutdown killed it (see below), whatever the executor said.
+		res = &api.Result{Error: api.Errorf(api.ErrCanceled, "", "the run was cancelled")}
+	default:
 		res = &api.Result{Error: s.callerError(err, id, peer)}
-		if ctx.Err() != nil && r.Context().Err() != nil {
-			res.Error = api.Errorf(api.ErrCanceled, "", "the caller went away")
-		}
 	}
 	if res.Phases != nil {
 		res.Phases.QueueUs = queueTime.Microseconds()
