@@ -182,3 +182,70 @@ print(s.recv(64).split(b" ")[1].decode())
 		t.Errorf("uid 65534 on the Unix socket: %v %q, want 403", err, out)
 	}
 }
+
+// Jail processes stay the host OOM killer's first candidates: neither the
+// program nor anything it starts can lower its own or pid 1's
+// oom_score_adj below 1000.
+func TestOOMScoreAdjCannotBeLowered(t *testing.T) {
+	d := daemon(t)
+	code := `
+import os, subprocess
+def lower(path):
+    try:
+        with open(path, "w") as f:
+            f.write("0")
+        return "lowered"
+    except OSError:
+        return "refused"
+print(open("/proc/self/oom_score_adj").read().strip(), lower("/proc/self/oom_score_adj"), lower("/proc/1/oom_score_adj"))
+print(subprocess.run(["python3", "-c", "print(open('/proc/self/oom_score_adj').read().strip())"], capture_output=True, text=True).stdout.strip())
+print(open("/proc/self/oom_score_adj").read().strip(), open("/proc/1/oom_score_adj").read().strip())
+`
+	res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: code})
+	if err != nil || res.Error != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if want := "1000 refused refused\n1000\n1000 1000\n"; res.Stdout != want {
+		t.Errorf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+}
+
+// The program cannot reach into the jail's pid 1: the init is not
+// dumpable, so /proc/1/mem, /proc/1/environ and /proc/1/fd/* are closed
+// to the program although both run as the same uid.
+func TestInitIsNotReachableThroughProc(t *testing.T) {
+	d := daemon(t)
+	code := `
+import os
+def attempt(what, fn):
+    try:
+        fn()
+        print(what, "open")
+    except OSError as e:
+        print(what, "refused")
+def write_mem():
+    with open("/proc/1/mem", "r+b", buffering=0) as f:
+        f.seek(0x400000)
+        f.write(b"\xcc")
+attempt("mem", write_mem)
+attempt("mem-read", lambda: open("/proc/1/mem", "rb").read(1))
+attempt("environ", lambda: open("/proc/1/environ", "rb").read())
+attempt("fd", lambda: os.listdir("/proc/1/fd"))
+attempt("fd3", lambda: os.open("/proc/1/fd/3", os.O_RDWR))
+attempt("maps", lambda: open("/proc/1/maps").read())
+`
+	for _, prestart := range []bool{true, false} {
+		req := &api.RunRequest{Code: code}
+		if !prestart {
+			req.TmpBytes = 3 << 20 // a shape no prestarted jail has: a fresh jail
+		}
+		res, err := d.Client.Run(context.Background(), req)
+		if err != nil || res.Error != nil || res.ExitCode != 0 {
+			t.Fatalf("%+v %v", res, err)
+		}
+		want := "mem refused\nmem-read refused\nenviron refused\nfd refused\nfd3 refused\nmaps refused\n"
+		if res.Stdout != want {
+			t.Errorf("prestarted=%v: stdout %q, want %q (stderr %q)", prestart, res.Stdout, want, res.Stderr)
+		}
+	}
+}

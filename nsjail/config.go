@@ -74,7 +74,11 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 		Readonlyfs:      true,
 		RootPropagation: unix.MS_PRIVATE | unix.MS_REC,
 		Mounts: []*configs.Mount{
-			{Source: "proc", Device: "proc", Destination: layout.Proc, Flags: noexec},
+			// Read-only: nothing in the jail writes /proc, and a read-only
+			// proc is what keeps a program from lowering its own or pid 1's
+			// oom_score_adj (the kernel's floor for it is set only by a
+			// writer with CAP_SYS_RESOURCE, which the daemon may lack).
+			{Source: "proc", Device: "proc", Destination: layout.Proc, Flags: noexec | unix.MS_RDONLY},
 			tmpfs(layout.Dev, "mode=755,size=64k", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_STRICTATIME),
 			tmpfs(layout.Shm, "mode=1777,"+size, noexec),
 			tmpfs(layout.Tmp, "mode=1777,"+size, unix.MS_NOSUID|unix.MS_NODEV),

@@ -86,6 +86,14 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "cellblock-init: takes no arguments; the run arrives on descriptor 3")
 		return ExitSetupFailed
 	}
+	// Not dumpable, before anything else: the program runs as the same
+	// uid, and a dumpable pid 1 would let it write the init's code through
+	// /proc/1/mem, read /proc/1/environ or take /proc/1/fd/*, which are
+	// ptrace access by another route. Exec made the init dumpable again.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		fmt.Fprintf(os.Stderr, "cellblock-init: prctl(PR_SET_DUMPABLE, 0): %v\n", errno)
+		return ExitSetupFailed
+	}
 	// Non-blocking, so that waiting on it parks a goroutine instead of
 	// blocking a thread, which would make the runtime start another: the
 	// init's threads count against the jail's tasks limit.
