@@ -8,14 +8,23 @@
 // The init is started before the run's program is known, so that a jail can
 // be built ahead of a request (see nsjail.Pool). It:
 //
-//  1. says AckReady on file descriptor 3 (a socket to the daemon; nothing
+//  1. in runner mode (cellblock-init --runner PYTHON ARG...), starts
+//     PYTHON ARG... at once: the runner (package runner), which imports
+//     what it needs and waits for its run on its own channel (descriptor 4
+//     of the init, 3 of Python), while the init waits for the Launch,
+//  2. says AckReady on file descriptor 3 (a socket to the daemon; nothing
 //     the program inherits) and waits there for one Launch message,
-//  2. writes the script into the working directory,
-//  3. starts Python as its child with the message's argv, environment and
-//     standard input, and the jail's stdout and stderr,
+//  3. otherwise writes the script into the working directory and starts
+//     Python as its child with the message's argv and environment; in both
+//     modes the program's standard input is the message's, and its stdout
+//     and stderr are the jail's,
 //  4. answers AckStarted (or AckFailed) on descriptor 3 and closes it,
 //  5. reaps every process that is reparented to it,
 //  6. exits with Python's status: its exit code, or 128+N after signal N.
+//
+// A runner that dies before the Launch has run nothing: the init then
+// exits ExitNotLaunched without answering, and the run goes to another
+// jail.
 //
 // AckReady tells the daemon that the init is itself and idle: every task
 // in the jail's cgroup is the init's, so the daemon can put the program's
@@ -44,6 +53,19 @@ import (
 // leaves by.
 const LaunchFD = 3
 
+// In runner mode the init gets the runner's channel as RunnerFD and hands
+// it to Python as RunnerChildFD, named in Python's environment by
+// RunnerFDEnv.
+const (
+	RunnerFD      = 4
+	RunnerChildFD = 3
+	RunnerFDEnv   = "CELLBLOCK_RUNNER_FD"
+)
+
+// RunnerFlag starts the init in runner mode: cellblock-init --runner
+// PYTHON ARG...
+const RunnerFlag = "--runner"
+
 // What the init says on LaunchFD, each one line: AckReady while it waits,
 // then one answer to the Launch message.
 const (
@@ -64,7 +86,8 @@ const (
 	ExitNotLaunched = 125
 )
 
-// Launch is what the daemon sends to start a run's program.
+// Launch is what the daemon sends to start a run's program. In runner
+// mode only Stdin is used: the program goes to the runner itself.
 type Launch struct {
 	// ScriptPath is the absolute path the script is written to.
 	ScriptPath string `json:"script_path"`
@@ -80,10 +103,16 @@ type Launch struct {
 	Stdin []byte `json:"stdin,omitempty"`
 }
 
-// Main runs the init. It takes no arguments and returns the exit code.
+// Main runs the init with its arguments (none, or RunnerFlag and the
+// runner's command line) and returns the exit code.
 func Main(args []string) int {
-	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "cellblock-init: takes no arguments; the run arrives on descriptor 3")
+	var runner []string
+	switch {
+	case len(args) == 0:
+	case args[0] == RunnerFlag && len(args) > 1 && filepath.IsAbs(args[1]):
+		runner = args[1:]
+	default:
+		fmt.Fprintln(os.Stderr, "cellblock-init: takes no arguments, or --runner /path/to/python ARG...; the run arrives on descriptor 3")
 		return ExitSetupFailed
 	}
 	// Not dumpable, before anything else: the program runs as the same
@@ -110,37 +139,15 @@ func Main(args []string) int {
 	// as it costs a millisecond or two.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	// A daemon that is gone shows as EOF below.
-	_, _ = io.WriteString(ctl, AckReady)
-	l, err := receive(ctl)
-	if errors.Is(err, io.EOF) {
-		return ExitNotLaunched
+	var pid int
+	var code int
+	if runner != nil {
+		pid, code = runRunner(ctl, runner)
+	} else {
+		pid, code = runProgram(ctl)
 	}
-	failed := func(err error) int {
-		fmt.Fprintf(os.Stderr, "cellblock-init: %v\n", err)
-		_, _ = io.WriteString(ctl, AckFailed)
-		ctl.Close()
-		return ExitSetupFailed
-	}
-	if err == nil {
-		err = plantScript(l.ScriptPath, l.Script)
-	}
-	if err != nil {
-		return failed(err)
-	}
-	stdin, err := stdinFor(l.Stdin)
-	if err != nil {
-		return failed(err)
-	}
-	pid, err := syscall.ForkExec(l.Argv[0], l.Argv, &syscall.ProcAttr{
-		Env:   l.Env,
-		Files: []uintptr{stdin.Fd(), 1, 2},
-	})
-	if stdin != os.Stdin {
-		stdin.Close()
-	}
-	if err != nil {
-		return failed(fmt.Errorf("start %s: %w", l.Argv[0], err))
+	if pid == 0 {
+		return code
 	}
 	_, _ = io.WriteString(ctl, AckStarted)
 	ctl.Close()
@@ -172,6 +179,128 @@ func Main(args []string) int {
 	}
 }
 
+// failed reports a launch that could not start the program: on stderr
+// (the program's, which the daemon returns) and as AckFailed.
+func failed(ctl *os.File, err error) int {
+	fmt.Fprintf(os.Stderr, "cellblock-init: %v\n", err)
+	_, _ = io.WriteString(ctl, AckFailed)
+	ctl.Close()
+	return ExitSetupFailed
+}
+
+// runProgram waits for the Launch and starts its program: the script
+// planted, Python started with the message's argv and environment. It
+// returns the program's pid, or 0 and the init's exit code.
+func runProgram(ctl *os.File) (int, int) {
+	// A daemon that is gone shows as EOF below.
+	_, _ = io.WriteString(ctl, AckReady)
+	l, err := receive(ctl)
+	if errors.Is(err, io.EOF) {
+		return 0, ExitNotLaunched
+	}
+	if err == nil {
+		err = l.checkProgram()
+	}
+	if err == nil {
+		err = plantScript(l.ScriptPath, l.Script)
+	}
+	if err != nil {
+		return 0, failed(ctl, err)
+	}
+	stdin, err := stdinFor(l.Stdin)
+	if err != nil {
+		return 0, failed(ctl, err)
+	}
+	pid, err := syscall.ForkExec(l.Argv[0], l.Argv, &syscall.ProcAttr{
+		Env:   l.Env,
+		Files: []uintptr{stdin.Fd(), 1, 2},
+	})
+	if stdin != os.Stdin {
+		stdin.Close()
+	}
+	if err != nil {
+		return 0, failed(ctl, fmt.Errorf("start %s: %w", l.Argv[0], err))
+	}
+	return pid, 0
+}
+
+// runRunner starts the runner (argv, with the init's own environment and
+// the channel on RunnerChildFD) before the Launch, then waits for the
+// Launch, which brings only the program's standard input: the program
+// itself goes to the runner over its channel. A runner that dies first
+// has run nothing (ExitNotLaunched). It returns the runner's pid, or 0
+// and the init's exit code.
+func runRunner(ctl *os.File, argv []string) (int, int) {
+	// Python's standard input is a pipe from the start; its data comes
+	// with the Launch.
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return 0, failed(ctl, fmt.Errorf("stdin pipe: %w", err))
+	}
+	// SIGCHLD, to notice a runner that dies while the jail waits; asked
+	// for before the fork so that no death goes unseen.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	// Came through exec: only its copy as RunnerChildFD may reach Python.
+	syscall.CloseOnExec(RunnerFD)
+	env := append(os.Environ(), fmt.Sprintf("%s=%d", RunnerFDEnv, RunnerChildFD))
+	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{stdinR.Fd(), 1, 2, RunnerFD},
+	})
+	stdinR.Close()
+	// Only the runner holds the jail's end of its channel from here.
+	syscall.Close(RunnerFD)
+	if err != nil {
+		stdinW.Close()
+		return 0, failed(ctl, fmt.Errorf("start %s: %w", argv[0], err))
+	}
+	launched := make(chan error, 1)
+	var l *Launch
+	go func() {
+		var err error
+		l, err = receive(ctl)
+		launched <- err
+	}()
+	_, _ = io.WriteString(ctl, AckReady)
+	for {
+		select {
+		case err := <-launched:
+			if err != nil {
+				stdinW.Close()
+				syscall.Kill(pid, syscall.SIGKILL)
+				if errors.Is(err, io.EOF) {
+					return 0, ExitNotLaunched
+				}
+				return 0, failed(ctl, err)
+			}
+			signal.Stop(chld)
+			go func() {
+				// As for a program's stdin: EPIPE if it stops reading.
+				_, _ = stdinW.Write(l.Stdin)
+				stdinW.Close()
+			}()
+			return pid, 0
+		case <-chld:
+			var ws syscall.WaitStatus
+			if wpid, _ := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); wpid == pid {
+				// Nothing ran: say so on stderr and exit; the daemon
+				// sees the init gone before it answered.
+				fmt.Fprintf(os.Stderr, "cellblock-init: the runner exited before its run (%v)\n", describe(ws))
+				return 0, ExitNotLaunched
+			}
+		}
+	}
+}
+
+// describe says how a process ended.
+func describe(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
 // receive reads the Launch message from f. It returns io.EOF when the
 // daemon closed f without a message.
 func receive(f *os.File) (*Launch, error) {
@@ -182,13 +311,19 @@ func receive(f *os.File) (*Launch, error) {
 		}
 		return nil, fmt.Errorf("read launch message: %w", err)
 	}
+	return &l, nil
+}
+
+// checkProgram checks what a Launch needs outside runner mode: where the
+// script goes and what to start.
+func (l *Launch) checkProgram() error {
 	switch {
 	case !filepath.IsAbs(l.ScriptPath):
-		return nil, fmt.Errorf("script path %q is not absolute", l.ScriptPath)
+		return fmt.Errorf("script path %q is not absolute", l.ScriptPath)
 	case len(l.Argv) == 0 || !filepath.IsAbs(l.Argv[0]):
-		return nil, fmt.Errorf("argv %q does not start with an absolute path", l.Argv)
+		return fmt.Errorf("argv %q does not start with an absolute path", l.Argv)
 	}
-	return &l, nil
+	return nil
 }
 
 // plantScript writes the script to path, which must not exist yet.

@@ -127,3 +127,72 @@ func TestBadLaunchesFail(t *testing.T) {
 		}
 	}
 }
+
+// startRunner runs the init in runner mode with argv as the runner, a
+// launch socket on descriptor 3 and the runner's channel on 4. It returns
+// the launch socket's and the channel's daemon ends.
+func startRunner(t *testing.T, argv ...string) (*exec.Cmd, *os.File, *os.File, *strings.Builder) {
+	t.Helper()
+	pair := func() (theirs, ours *os.File) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.NewFile(uintptr(fds[0]), "jail"), os.NewFile(uintptr(fds[1]), "daemon")
+	}
+	ctlTheirs, ctl := pair()
+	chanTheirs, channel := pair()
+	cmd := exec.Command(os.Args[0], append([]string{RunnerFlag}, argv...)...)
+	cmd.Env = []string{asInit + "=1", "FROM_INIT=yes"}
+	cmd.ExtraFiles = []*os.File{ctlTheirs, chanTheirs}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctlTheirs.Close()
+	chanTheirs.Close()
+	t.Cleanup(func() { ctl.Close(); channel.Close(); _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd, ctl, channel, &out
+}
+
+// In runner mode the runner starts before the Launch, with the init's
+// environment, its channel on descriptor 3 (named in the environment) and
+// nothing else of the init's; the Launch brings its stdin.
+func TestRunnerModeStartsTheRunnerFirst(t *testing.T) {
+	script := `echo "fd=$CELLBLOCK_RUNNER_FD env=$FROM_INIT" >&3
+read line
+echo "got $line"
+if [ -e /proc/self/fd/4 ]; then echo leaked4; fi
+exit 5`
+	cmd, ctl, channel, out := startRunner(t, "/bin/sh", "-c", script)
+	// The runner speaks before any Launch was sent.
+	first, err := bufio.NewReader(channel).ReadString('\n')
+	if err != nil || first != "fd=3 env=yes\n" {
+		t.Fatalf("runner said %q (%v) before the launch", first, err)
+	}
+	if ack := launch(t, ctl, &Launch{Stdin: []byte("the input\n")}); ack != AckStarted {
+		t.Fatalf("answer %q, want %q", ack, AckStarted)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 5 || out.String() != "got the input\n" {
+		t.Errorf("exit %d, output %q; want 5 and the runner's stdout", code, out)
+	}
+}
+
+// A runner that dies before its run has run nothing: the init exits
+// without answering, so that the daemon gives the run to another jail.
+func TestRunnerDeadBeforeLaunch(t *testing.T) {
+	cmd, ctl, _, out := startRunner(t, "/bin/sh", "-c", "exit 3")
+	rd := bufio.NewReader(ctl)
+	if ready, err := rd.ReadString('\n'); ready != AckReady {
+		t.Fatalf("the init said %q (%v), want %q", ready, err, AckReady)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != ExitNotLaunched || !strings.Contains(out.String(), "exit status 3") {
+		t.Errorf("exit %d, output %q; want ExitNotLaunched and why", code, out)
+	}
+	if rest, _ := rd.ReadString('\n'); rest != "" {
+		t.Errorf("the init answered %q after its runner died", rest)
+	}
+}
