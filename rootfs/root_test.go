@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/cellblock/cellblock/nsjail/layout"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -689,5 +690,49 @@ func checkEmptyStore(t *testing.T, s *Store) {
 	}
 	if ps, err := s.List(); err != nil || len(ps) != 0 {
 		t.Errorf("the store lists %v, %v", ps, err)
+	}
+}
+
+// An entry of an older format is invisible until Upgrade rebuilds it from
+// its interpreter under the same ID; then it has the runner's mount point.
+func TestRootUpgradeOlderFormat(t *testing.T) {
+	requireRoot(t)
+	host := hostPythonOrSkip(t, DefaultInterpreter)
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := s.Import(context.Background(), host.Executable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaPath := filepath.Join(dir, p1.ID, metaFileName)
+	m, err := readMeta(metaPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Format = formatVersion - 1
+	os.Chmod(metaPath, 0o644)
+	os.Remove(metaPath)
+	if err := writeMeta(metaPath, m); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := s.List(); len(ps) != 0 {
+		t.Fatalf("an entry of an older format is listed: %+v", ps)
+	}
+	done, err := s.Upgrade(context.Background())
+	if err != nil || len(done) != 1 || done[0] != p1.ID {
+		t.Fatalf("Upgrade = %q, %v; want [%s]", done, err, p1.ID)
+	}
+	ps, _ := s.List()
+	if len(ps) != 1 || ps[0].ID != p1.ID || !ps[0].Default {
+		t.Fatalf("after Upgrade: %+v", ps)
+	}
+	if fi, err := os.Stat(filepath.Join(ps[0].Dir, layout.RunnerDir)); err != nil || !fi.IsDir() {
+		t.Errorf("no runner mount point in the upgraded rootfs: %v", err)
+	}
+	if done, err := s.Upgrade(context.Background()); len(done) != 0 || err != nil {
+		t.Errorf("second Upgrade = %q, %v", done, err)
 	}
 }

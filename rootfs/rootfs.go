@@ -59,8 +59,9 @@ const DefaultInterpreter = "python3"
 
 // formatVersion is the layout version of a built rootfs. Entries of
 // another version are ignored by List and Pick and rebuilt when their
-// interpreter is imported again.
-const formatVersion = 1
+// interpreter is imported again (Upgrade does that for all of them).
+// Version 2 adds the runner's mount point (layout.RunnerDir).
+const formatVersion = 2
 
 // Names inside the store directory.
 const (
@@ -225,6 +226,32 @@ func (s *Store) EnsureDefault(ctx context.Context) (Python, error) {
 		return Python{}, fmt.Errorf("build default rootfs: %w", err)
 	}
 	return p, nil
+}
+
+// Upgrade rebuilds every rootfs of an older format from the interpreter
+// it was built from, under the same ID, and returns the IDs it rebuilt.
+// One whose interpreter is gone stays as it is (unusable, and listed by
+// nobody) and is reported in the error, which does not stop the others.
+func (s *Store) Upgrade(ctx context.Context) ([]string, error) {
+	s.mu.Lock()
+	metas, err := s.readMetas()
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	var errs []error
+	for _, m := range metas {
+		if m.Format == formatVersion {
+			continue
+		}
+		if _, err := s.Import(ctx, m.Source); err != nil {
+			errs = append(errs, fmt.Errorf("upgrade rootfs %s: %w", m.ID, err))
+			continue
+		}
+		done = append(done, m.ID)
+	}
+	return done, errors.Join(errs...)
 }
 
 // Import builds a rootfs from the interpreter at pythonPath (a binary, a

@@ -171,6 +171,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 		}
 		return err
 	}
+	// Rootfses of an older layout (from an older daemon) are rebuilt from
+	// their interpreters; one that cannot be is left out, said here.
+	if done, err := store.Upgrade(ctx); len(done) > 0 || err != nil {
+		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
+	}
 
 	runner, err := newRunner(cfg, cgRoot, initBinary, log)
 	if err != nil {

@@ -35,6 +35,12 @@ const (
 	// Init is where the jail's init binary is bind-mounted, read-only.
 	// The rootfs carries an empty file here to mount it over.
 	Init = "/.cellblock/init"
+	// RunnerDir is where the runner (package runner's Python files) is
+	// bind-mounted, read-only: the runner program RunnerScript and the
+	// package cellblock, importable through PYTHONPATH.
+	RunnerDir = "/usr/lib/cellblock"
+	// RunnerScript is the program the init starts in a runner jail.
+	RunnerScript = RunnerDir + "/_cellblock_runner.py"
 )
 
 // Hostname is the jail's host name, in its own UTS namespace.
@@ -56,7 +62,7 @@ const (
 // mounted read-only, so each must already exist in it, and nothing may be
 // put below them at build time: the mounts would hide it. Shm is made by
 // the jail inside its Dev.
-var MountPoints = []string{Tmp, Work, Dev, Proc, path.Dir(Init)}
+var MountPoints = []string{Tmp, Work, Dev, Proc, path.Dir(Init), RunnerDir}
 
 // Device is a character device node in Dev, which the jail may open.
 type Device struct {
