@@ -115,6 +115,14 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		if err != nil {
 			return nil, nil, fmt.Errorf("jail %s: %s pipe: %w", id, name, err)
 		}
+		// The jail's user owns its output pipes, so that the program may
+		// open /dev/stdout or /proc/self/fd/2 again as on any host.
+		uid, gid := r.JailHostID()
+		if err := unix.Fchown(int(wr.Fd()), uid, gid); err != nil {
+			rd.Close()
+			wr.Close()
+			return nil, nil, fmt.Errorf("jail %s: %s pipe: %w", id, name, err)
+		}
 		return rd, wr, nil
 	}
 	ctlInit, ctl, err := socketpair()
