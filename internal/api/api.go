@@ -7,6 +7,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,6 +52,11 @@ type RunRequest struct {
 	// Dependencies are extra requirements (PEP 508), merged with the
 	// script's PEP 723 metadata.
 	Dependencies []string `json:"dependencies,omitempty"`
+	// Mode is ModeScript (the default) or ModeCell.
+	Mode string `json:"mode,omitempty"`
+	// Inputs are bound as globals (and cellblock.inputs) before the code
+	// runs, in both modes: name to any JSON value.
+	Inputs map[string]json.RawMessage `json:"inputs,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -104,6 +110,13 @@ type Result struct {
 	Environment *Environment `json:"environment,omitempty"`
 	// Phases is where the daemon spent the run's time.
 	Phases *Phases `json:"phases,omitempty"`
+
+	// Value is the value of a cell's final expression (cell mode).
+	Value *Value `json:"value,omitempty"`
+	// Exception is the program's uncaught exception, if any.
+	Exception *Exception `json:"exception,omitempty"`
+	// Display is the program's rich output, in order.
+	Display []DisplayItem `json:"display,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -250,7 +263,7 @@ func (r *RunRequest) Validate() *Error {
 		if !validEnvName(k) {
 			return Errorf(ErrBadRequest, "env", "%q is not a valid variable name", k)
 		}
-		if reservedEnv[k] || strings.HasPrefix(k, "LD_") {
+		if reservedEnv[k] || strings.HasPrefix(k, "LD_") || strings.HasPrefix(k, "CELLBLOCK_") {
 			return Errorf(ErrBadRequest, "env", "%s is set by the sandbox and cannot be overridden", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
@@ -267,6 +280,9 @@ func (r *RunRequest) Validate() *Error {
 		if strings.TrimSpace(d) == "" || len(d) > 512 || strings.ContainsAny(d, "\x00\n\r") {
 			return Errorf(ErrBadRequest, fmt.Sprintf("dependencies[%d]", i), "is not a requirement such as 'requests>=2'")
 		}
+	}
+	if err := r.validateInterp(); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		field string
@@ -373,7 +389,7 @@ func validEnvName(k string) bool {
 	return true
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

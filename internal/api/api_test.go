@@ -1,7 +1,10 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +83,41 @@ func TestResolve(t *testing.T) {
 		if err == nil || err.Field != c.field || err.Type != c.typ {
 			t.Errorf("%+v: got %v, want %s on %s", c.req, err, c.typ, c.field)
 		}
+	}
+}
+
+func TestValidateModeAndInputs(t *testing.T) {
+	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
+	for _, c := range []struct {
+		name   string
+		req    RunRequest
+		field  string // "" for valid
+		errTyp ErrorType
+	}{
+		{"script", RunRequest{Code: "x", Mode: ModeScript}, "", ""},
+		{"cell with inputs", RunRequest{Code: "x", Mode: ModeCell, Inputs: map[string]json.RawMessage{"n": raw("3"), "df_rows": raw(`[{"a": 1}]`)}}, "", ""},
+		{"bad mode", RunRequest{Code: "x", Mode: "repl"}, "mode", ErrBadRequest},
+		{"keyword", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"class": raw("1")}}, "inputs", ErrBadRequest},
+		{"dunder", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"__builtins__": raw("1")}}, "inputs", ErrBadRequest},
+		{"not an identifier", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"a-b": raw("1")}}, "inputs", ErrBadRequest},
+		{"not JSON", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"a": raw("{")}}, "inputs.a", ErrBadRequest},
+		{"too deep", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"a": raw(strings.Repeat("[", 65) + strings.Repeat("]", 65))}}, "inputs.a", ErrBadRequest},
+		{"too large", RunRequest{Code: "x", Inputs: map[string]json.RawMessage{"a": raw(`"` + strings.Repeat("x", MaxInputsBytes) + `"`)}}, "inputs", ErrTooLarge},
+		{"runner's variable", RunRequest{Code: "x", Env: map[string]string{"CELLBLOCK_RUNNER_FD": "9"}}, "env", ErrBadRequest},
+	} {
+		err := c.req.Validate()
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.field != "" && (err == nil || err.Field != c.field || err.Type != c.errTyp):
+			t.Errorf("%s: %v, want %s on %s", c.name, err, c.errTyp, c.field)
+		}
+	}
+	many := map[string]json.RawMessage{}
+	for i := range MaxInputs + 1 {
+		many[fmt.Sprintf("v%d", i)] = raw("1")
+	}
+	if err := (&RunRequest{Code: "x", Inputs: many}).Validate(); err == nil || err.Field != "inputs" {
+		t.Errorf("too many inputs: %v", err)
 	}
 }

@@ -388,6 +388,50 @@ func resultSchema() map[string]any {
 					"prestarted":  typed("boolean", "the jail was built and started before the request arrived (new and unused all the same)"),
 				},
 			},
+			"value": map[string]any{
+				"type":        "object",
+				"description": "the value of the code's last expression, when it is one and not None",
+				"properties": map[string]any{
+					"type": typed("string", "the value's type name, such as int or DataFrame"),
+					"repr": typed("string", "repr() of the value, capped"),
+					"json": map[string]any{"description": "the value itself, when it is JSON-serialisable and small enough"},
+				},
+				"required": []string{"type", "repr"},
+			},
+			"exception": map[string]any{
+				"type":        "object",
+				"description": "the uncaught exception that ended the code, as data",
+				"properties": map[string]any{
+					"type":      typed("string", "the exception's class, such as ZeroDivisionError or json.decoder.JSONDecodeError"),
+					"message":   typed("string", "str() of the exception"),
+					"traceback": typed("string", "the traceback Python printed (also in stderr), capped"),
+					"line": map[string]any{
+						"type":        []string{"integer", "null"},
+						"description": "the line of the code it was raised on, when known",
+					},
+				},
+				"required": []string{"type", "message", "traceback", "line"},
+			},
+			"display": map[string]any{
+				"type":        "array",
+				"description": "rich output in order: plots and objects shown with cellblock.display or left as the last expression",
+				"items": map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"data": map[string]any{
+							"type":                 "object",
+							"description":          "MIME type to content: text/plain always; image/png and image/jpeg as base64; text/html, image/svg+xml, text/markdown as text; application/json as JSON",
+							"additionalProperties": map[string]any{},
+						},
+						"metadata": map[string]any{
+							"type":                 "object",
+							"description":          "under cellblock.dropped: the MIME types left out of this item and why (over a size cap, not a valid image)",
+							"additionalProperties": map[string]any{},
+						},
+					},
+					"required": []string{"data"},
+				},
+			},
 		},
 		"required": []string{
 			"exit_code", "stdout", "stderr", "stdout_truncated", "stderr_truncated",

@@ -84,6 +84,11 @@ func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
 // Execute implements server.Executor.
 func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+	// Until the in-jail runner is wired in, say so rather than run a cell
+	// as a script.
+	if req.Mode == api.ModeCell || len(req.Inputs) > 0 {
+		return nil, api.Errorf(api.ErrBadRequest, "mode", "cell mode and inputs need the in-jail runner, which this build of cellblockd does not have yet")
+	}
 	// The interpreter (the request's, else the script's requires-python)
 	// and the dependency environment, built on a miss.
 	py, env, err := e.deps.Resolve(ctx, e.store, req)

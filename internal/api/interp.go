@@ -1,0 +1,126 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Run modes (RunRequest.Mode).
+const (
+	// ModeScript runs the code exactly as `python FILE args` would.
+	ModeScript = "script"
+	// ModeCell runs the code like a notebook cell: the value of a final
+	// expression comes back as the result's Value.
+	ModeCell = "cell"
+)
+
+// Bounds of a request's inputs.
+const (
+	MaxInputs      = 64
+	MaxInputsBytes = 1 << 20
+	// MaxInputDepth bounds how deep an input's JSON nests.
+	MaxInputDepth = 64
+)
+
+// Value is the value of a cell's final expression.
+type Value struct {
+	// Type is the value's type name ("int", "DataFrame").
+	Type string `json:"type"`
+	// Repr is its repr(), capped.
+	Repr string `json:"repr"`
+	// JSON is the value itself when it is JSON-serialisable (within a
+	// cap); absent otherwise.
+	JSON json.RawMessage `json:"json,omitempty"`
+}
+
+// Exception is an uncaught exception as data.
+type Exception struct {
+	// Type is the exception's class, qualified by its module outside the
+	// builtins ("ZeroDivisionError", "json.decoder.JSONDecodeError").
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	// Traceback is what Python printed to stderr, capped.
+	Traceback string `json:"traceback"`
+	// Line is the line of the user's code it was raised on, when known.
+	Line *int `json:"line"`
+}
+
+// DisplayItem is one piece of rich output in Jupyter's MIME-bundle shape:
+// Data maps a MIME type to its content, a string (base64 for binary types
+// such as image/png) or, for application/json, any JSON value. text/plain
+// is always there.
+type DisplayItem struct {
+	Data map[string]json.RawMessage `json:"data"`
+	// Metadata says, under "cellblock", what was dropped from the item
+	// and why (a MIME type over a cap, an image that was not one).
+	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
+}
+
+// identifier is a Python identifier in ASCII (inputs become globals).
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// pythonKeywords cannot be bound as globals.
+var pythonKeywords = map[string]bool{
+	"False": true, "None": true, "True": true, "and": true, "as": true, "assert": true,
+	"async": true, "await": true, "break": true, "class": true, "continue": true, "def": true,
+	"del": true, "elif": true, "else": true, "except": true, "finally": true, "for": true,
+	"from": true, "global": true, "if": true, "import": true, "in": true, "is": true,
+	"lambda": true, "nonlocal": true, "not": true, "or": true, "pass": true, "raise": true,
+	"return": true, "try": true, "while": true, "with": true, "yield": true,
+}
+
+// validateInterp checks mode and inputs.
+func (r *RunRequest) validateInterp() *Error {
+	switch r.Mode {
+	case "", ModeScript, ModeCell:
+	default:
+		return Errorf(ErrBadRequest, "mode", "%q is not %q or %q", r.Mode, ModeScript, ModeCell)
+	}
+	if len(r.Inputs) > MaxInputs {
+		return Errorf(ErrBadRequest, "inputs", "has %d entries; the maximum is %d", len(r.Inputs), MaxInputs)
+	}
+	size := 0
+	for _, name := range sortedKeys(r.Inputs) {
+		v := r.Inputs[name]
+		field := "inputs." + name
+		if !identifier.MatchString(name) || pythonKeywords[name] || strings.HasPrefix(name, "__") {
+			return Errorf(ErrBadRequest, "inputs", "%q is not a name a global can have (a Python identifier, not a keyword, not __dunder)", name)
+		}
+		size += len(name) + len(v)
+		if size > MaxInputsBytes {
+			return Errorf(ErrTooLarge, "inputs", "are more than %d bytes", MaxInputsBytes)
+		}
+		if !json.Valid(v) {
+			return Errorf(ErrBadRequest, field, "is not JSON")
+		}
+		if d := jsonDepth(v); d > MaxInputDepth {
+			return Errorf(ErrBadRequest, field, "nests %d deep; the maximum is %d", d, MaxInputDepth)
+		}
+	}
+	return nil
+}
+
+// jsonDepth is how deep valid JSON nests arrays and objects.
+func jsonDepth(v []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(v))
+	depth, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return deepest
+		}
+		switch tok {
+		case json.Delim('['), json.Delim('{'):
+			depth++
+			deepest = max(deepest, depth)
+		case json.Delim(']'), json.Delim('}'):
+			depth--
+		}
+	}
+}
+
+// String is a short form for logs.
+func (e *Exception) String() string { return fmt.Sprintf("%s: %s", e.Type, e.Message) }
