@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -37,6 +38,10 @@ PEP 723 inline metadata (# /// script) in the code is honoured.
 
 Flags:
   -c CODE              run CODE instead of a file
+  --cell               run the code like a notebook cell: the value of its
+                       last expression is printed (and returned in --json)
+  --input NAME=JSON    bind NAME to a JSON value as a global before the code
+                       runs (repeatable): --input n=3 --input 'cfg={"a": 1}'
   --timeout DURATION   wall-clock limit: 5s, 1m30s, 500ms, or seconds (2, 0.5)
   --memory SIZE        memory limit of the whole run: 128M, 1.5G, 512MiB
                        (units of 1024; a plain number is bytes)
@@ -101,6 +106,8 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.stdin, "i", false, "")
 	fs.BoolVar(&o.stdin, "stdin", false, "")
 	fs.BoolVar(&o.json, "json", false, "")
+	fs.Var(modeValue{&o.req.Mode}, "cell", "")
+	fs.Var(inputValue{&o.req.Inputs}, "input", "")
 	return fs
 }
 
@@ -213,6 +220,10 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	if !out.seen["stderr"] {
 		out.write("stderr", res.Stderr)
 	}
+	// A cell's value, as Python's REPL would show it, after the output.
+	if res.Value != nil {
+		out.write("stdout", res.Value.Repr+"\n")
+	}
 	for _, note := range notes(res, req) {
 		if out.last != 0 && out.last != '\n' {
 			note = "\n" + note
@@ -283,6 +294,9 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 		} else {
 			n = append(n, fmt.Sprintf("cellblock: %s truncated at the output limit", t.name))
 		}
+	}
+	for i, d := range res.Display {
+		n = append(n, "cellblock: "+describeDisplay(i, d))
 	}
 	if res.TimedOut {
 		if ms := pick(limits.TimeoutMs, req.TimeoutMs); ms > 0 {
@@ -368,6 +382,9 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		}
 	}
 	what := e.Field
+	if name, ok := strings.CutPrefix(field, "inputs."); ok {
+		field, what = "", "--input "+name
+	}
 	switch field {
 	case "code":
 		what = source
@@ -387,6 +404,10 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		if index >= 0 && index < len(req.Dependencies) {
 			what = fmt.Sprintf("--with %q", req.Dependencies[index])
 		}
+	case "mode":
+		what = "--cell"
+	case "inputs":
+		what = "--input"
 	case "timeout_ms":
 		what = "--timeout"
 	case "memory_bytes":
@@ -600,4 +621,87 @@ func (v envValue) Set(s string) error {
 	}
 	(*v.env)[key] = val
 	return nil
+}
+
+// modeValue is --cell: a boolean flag that sets the request's mode.
+type modeValue struct{ mode *string }
+
+func (v modeValue) String() string {
+	if v.mode != nil && *v.mode == api.ModeCell {
+		return "true"
+	}
+	return "false"
+}
+
+func (v modeValue) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*v.mode = api.ModeScript
+	if on {
+		*v.mode = api.ModeCell
+	}
+	return nil
+}
+
+func (modeValue) IsBoolFlag() bool { return true }
+
+// inputValue is --input NAME=JSON.
+type inputValue struct{ inputs *map[string]json.RawMessage }
+
+func (v inputValue) String() string {
+	if v.inputs == nil {
+		return ""
+	}
+	var kv []string
+	for k, val := range *v.inputs {
+		kv = append(kv, k+"="+string(val))
+	}
+	return strings.Join(kv, " ")
+}
+
+func (v inputValue) Set(s string) error {
+	name, val, ok := strings.Cut(s, "=")
+	if !ok || name == "" {
+		return errors.New("want NAME=JSON, such as n=3 or 'names=[\"a\", \"b\"]'")
+	}
+	if !json.Valid([]byte(val)) {
+		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"text\"')", name, name)
+	}
+	if *v.inputs == nil {
+		*v.inputs = make(map[string]json.RawMessage)
+	}
+	(*v.inputs)[name] = json.RawMessage(val)
+	return nil
+}
+
+// describeDisplay is the note for a display item on a terminal, which
+// cannot show it: its text/plain and what else it holds.
+func describeDisplay(i int, d api.DisplayItem) string {
+	var text string
+	_ = json.Unmarshal(d.Data["text/plain"], &text)
+	if len(text) > 200 {
+		text = text[:200] + "..."
+	}
+	var kinds []string
+	for mime, raw := range d.Data {
+		if mime == "text/plain" {
+			continue
+		}
+		size := len(raw)
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			size = len(s)
+			if strings.HasPrefix(mime, "image/") && mime != "image/svg+xml" {
+				size = size * 3 / 4 // base64
+			}
+		}
+		kinds = append(kinds, fmt.Sprintf("%s, %s", mime, formatSize(int64(size))))
+	}
+	slices.Sort(kinds)
+	if len(kinds) == 0 {
+		return fmt.Sprintf("display[%d]: %s", i, text)
+	}
+	return fmt.Sprintf("display[%d]: %s (%s; --json has the data)", i, text, strings.Join(kinds, "; "))
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -51,6 +52,14 @@ func TestParseRun(t *testing.T) {
 		name: "double dash ends the flags",
 		args: []string{"--json", "--", "-weird.py", "a"},
 		want: runOptions{json: true, script: "-weird.py", args: []string{"a"}},
+	}, {
+		name: "cell with inputs",
+		args: []string{"--cell", "--input", "n=3", "--input", `cfg={"a": [1]}`, "-c", "n + 1"},
+		want: runOptions{
+			req:     api.RunRequest{Mode: api.ModeCell, Inputs: map[string]json.RawMessage{"n": json.RawMessage("3"), "cfg": json.RawMessage(`{"a": [1]}`)}},
+			code:    "n + 1",
+			codeSet: true,
+		},
 	}, {
 		name: "stdin",
 		args: []string{"--pids", "64", "-", "a", "b"},
@@ -150,6 +159,9 @@ func TestParseRunErrors(t *testing.T) {
 		{[]string{"--env", "K=\xff", "x.py"}, "-env"},
 		{[]string{"--nope", "x.py"}, "-nope"},
 		{[]string{"--timeout"}, "-timeout"},
+		{[]string{"--input", "n", "x.py"}, "NAME=JSON"},
+		{[]string{"--input", "s=text", "x.py"}, "not JSON"},
+		{[]string{"--cell=maybe", "x.py"}, "-cell"},
 	} {
 		inv, _, _ := testInvocation("", nil)
 		_, err := inv.parseRun(tc.args)
@@ -345,4 +357,20 @@ func TestUsageListsFlags(t *testing.T) {
 			t.Errorf("run usage does not mention %s", strings.TrimSpace(want))
 		}
 	})
+}
+
+// A cell's value is printed after the output, as Python's REPL shows it;
+// display items, which a terminal cannot show, are named on stderr.
+func TestValueAndDisplayOnTheTerminal(t *testing.T) {
+	res := &api.Result{
+		Value: &api.Value{Type: "int", Repr: "42"},
+		Display: []api.DisplayItem{{Data: map[string]json.RawMessage{
+			"text/plain": json.RawMessage(`"<Figure size 640x480 with 1 Axes>"`),
+			"image/png":  json.RawMessage(`"` + strings.Repeat("A", 4000) + `"`),
+		}}},
+	}
+	n := notes(res, &api.RunRequest{})
+	if len(n) != 1 || !strings.Contains(n[0], "<Figure size 640x480 with 1 Axes>") || !strings.Contains(n[0], "image/png, 2.9 KiB") {
+		t.Errorf("notes %q", n)
+	}
 }
