@@ -41,9 +41,3 @@ func PeerFrom(ctx context.Context) (Peer, bool) {
 	p, ok := ctx.Value(peerKey{}).(Peer)
 	return p, ok
 }
-
-// WithPeerForTest lets other packages' tests serve the handler without a
-// real socket. It is not used by the daemon.
-func WithPeerForTest(ctx context.Context, p Peer) context.Context {
-	return context.WithValue(ctx, peerKey{}, p)
-}
