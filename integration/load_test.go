@@ -191,9 +191,9 @@ func TestSIGTERMDrains(t *testing.T) {
 		t.Errorf("the run in flight did not finish: %+v", res)
 	}
 	select {
-	case <-d.done:
-		if d.exitErr != nil {
-			t.Errorf("exit after SIGTERM: %v", d.exitErr)
+	case <-d.Done():
+		if err := d.ExitErr(); err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the daemon did not exit after draining")
