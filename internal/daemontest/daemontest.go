@@ -93,6 +93,8 @@ func Launch(cfg Config) (*Daemon, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, err
 		}
+		_ = os.Remove(path) // left by an earlier daemon on this socket
+
 		conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 		if err != nil {
 			return nil, fmt.Errorf("notify socket: %w", err)
@@ -116,8 +118,8 @@ func Launch(cfg Config) (*Daemon, error) {
 	}
 	go func() {
 		d.exitErr = d.Cmd.Wait()
-		close(d.done)
 		d.closeNotify()
+		close(d.done)
 	}()
 	if d.notify != nil {
 		go d.readNotify()
