@@ -16,12 +16,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/client"
+	"github.com/cellblock/cellblock/internal/daemontest"
 )
 
 // repoRoot is the repository's top directory.
@@ -72,29 +71,24 @@ func bin(t *testing.T, name string) string {
 	return p
 }
 
-// Daemon is a cellblockd started by a test.
+// Daemon is a cellblockd started by a test (package daemontest owns its
+// process), with the state directory it was given.
 type Daemon struct {
-	Socket   string
+	*daemontest.Daemon
 	StateDir string
-	Cmd      *exec.Cmd
-	Client   *client.Client
-	logPath  string
-	done     chan struct{}
-	exitErr  error
 }
 
-// startDaemon starts cellblockd with the shared state dir (unless args set
-// --state-dir) on a private socket and waits until it answers. It is
-// stopped with SIGTERM when the test ends.
-func startDaemon(t *testing.T, args ...string) *Daemon {
+// readyTimeout bounds a daemon's start-up: it may be building a rootfs.
+const readyTimeout = 120 * time.Second
+
+// stopGrace is how long a daemon may take to exit after SIGTERM.
+const stopGrace = 60 * time.Second
+
+// daemonConfig is how the suite starts cellblockd: its log next to its
+// socket, args completed with the shared or a fresh state directory and a
+// cgroup name of the test's own, which the leftover checks look at.
+func daemonConfig(t *testing.T, socket string, args ...string) (daemontest.Config, string) {
 	t.Helper()
-	requireRoot(t)
-	dir, err := os.MkdirTemp("", "cellblock-it-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &Daemon{Socket: filepath.Join(dir, "cellblockd.sock"), logPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
 	state := flagValue(args, "--state-dir")
 	if state == "" {
 		state = freshStateDir(t)
@@ -104,49 +98,53 @@ func startDaemon(t *testing.T, args ...string) *Daemon {
 		args = append(args, "--cgroup-name", cgroupName(t))
 	}
 	ourCgroupNames.Store(flagValue(args, "--cgroup-name"), true)
-	d.StateDir = state
-	logf, err := os.Create(d.logPath)
+	return daemontest.Config{
+		Binary:  bin(t, "cellblockd"),
+		Socket:  socket,
+		Args:    args,
+		LogPath: filepath.Join(filepath.Dir(socket), "daemon.log"),
+	}, state
+}
+
+// launch starts a daemon as cfg says, without waiting for it. It is
+// stopped with SIGTERM when the test ends.
+func launch(t *testing.T, cfg daemontest.Config, state string) *Daemon {
+	t.Helper()
+	dd, err := daemontest.Launch(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"--socket", d.Socket, "--log-format", "json"}, args...)
-	d.Cmd = exec.Command(bin(t, "cellblockd"), all...)
-	d.Cmd.Stdout = logf
-	d.Cmd.Stderr = logf
-	if err := d.Cmd.Start(); err != nil {
-		t.Fatalf("start cellblockd: %v", err)
-	}
-	logf.Close()
-	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
+	d := &Daemon{Daemon: dd, StateDir: state}
 	t.Cleanup(func() { d.Stop(t) })
-	d.Client = client.New(d.Socket)
-	if err := d.waitReady(); err != nil {
-		t.Fatal(err)
-	}
 	return d
 }
 
-// waitReady waits until the daemon answers /v1/health, and fails if it
-// exits first or takes more than two minutes (it may be building a rootfs).
-func (d *Daemon) waitReady() error {
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := d.Client.Health(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-d.done:
-			return fmt.Errorf("cellblockd exited during start-up: %v\n%s", d.exitErr, d.Log())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cellblockd did not answer within 120s: %v\n%s", err, d.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+// waitReady waits until d says it is ready, failing the test if it
+// exits first or takes longer than readyTimeout.
+func (d *Daemon) waitReady(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := d.WaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// startDaemon starts cellblockd with a fresh state dir (unless args set
+// --state-dir) on a private socket and waits until it is ready. It is
+// stopped with SIGTERM when the test ends.
+func startDaemon(t *testing.T, args ...string) *Daemon {
+	t.Helper()
+	requireRoot(t)
+	dir, err := os.MkdirTemp("", "cellblock-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg, state := daemonConfig(t, filepath.Join(dir, "cellblockd.sock"), args...)
+	d := launch(t, cfg, state)
+	d.waitReady(t)
+	return d
 }
 
 func flagValue(args []string, name string) string {
@@ -195,38 +193,16 @@ func freshStateDir(t *testing.T) string {
 	return dir
 }
 
-// Log returns what the daemon logged so far.
-func (d *Daemon) Log() string {
-	b, _ := os.ReadFile(d.logPath)
-	return string(b)
-}
-
 // Stop sends SIGTERM and waits; it fails the test if the daemon does not
-// exit 0 within a minute.
+// exit 0 within stopGrace. A daemon that has exited already is left alone.
 func (d *Daemon) Stop(t *testing.T) {
 	t.Helper()
-	select {
-	case <-d.done:
+	if d.Exited() {
 		return
-	default:
 	}
-	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-		if d.exitErr != nil {
-			t.Errorf("cellblockd did not exit cleanly on SIGTERM: %v\n%s", d.exitErr, d.Log())
-		}
-	case <-time.After(60 * time.Second):
-		_ = d.Cmd.Process.Kill()
-		<-d.done
-		t.Errorf("cellblockd did not exit within 60s of SIGTERM\n%s", d.Log())
+	if err := d.Daemon.Stop(stopGrace); err != nil {
+		t.Errorf("%v\n%s", err, d.Log())
 	}
-}
-
-// Kill SIGKILLs the daemon, as a crash would.
-func (d *Daemon) Kill() {
-	_ = d.Cmd.Process.Kill()
-	<-d.done
 }
 
 // shared is one daemon for the tests that don't need their own.
@@ -243,10 +219,8 @@ func daemon(t *testing.T) *Daemon {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if sharedDaemon != nil {
-		select {
-		case <-sharedDaemon.done:
+		if sharedDaemon.Exited() {
 			t.Fatalf("the shared daemon died earlier:\n%s", sharedDaemon.Log())
-		default:
 		}
 		return sharedDaemon
 	}
@@ -268,9 +242,6 @@ func startShared() (*Daemon, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(binDir, "cellblockd")); err != nil {
-		return nil, fmt.Errorf("bin/cellblockd is missing: run `make build` first")
-	}
 	sharedStateOnce.Do(func() {
 		sharedStateDir, sharedStateErr = os.MkdirTemp("", "cellblock-it-state-")
 		if sharedStateErr == nil {
@@ -280,40 +251,26 @@ func startShared() (*Daemon, error) {
 	if sharedStateErr != nil {
 		return nil, sharedStateErr
 	}
-	d := &Daemon{Socket: filepath.Join(dir, "cellblockd.sock"), StateDir: sharedStateDir, logPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
-	logf, err := os.Create(d.logPath)
+	socket := filepath.Join(dir, "cellblockd.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	dd, err := daemontest.Start(ctx, daemontest.Config{
+		Binary:  filepath.Join(binDir, "cellblockd"),
+		Socket:  socket,
+		Args:    []string{"--state-dir", sharedStateDir, "--max-concurrent", "8", "--allow-uid", "65533"},
+		LogPath: filepath.Join(dir, "daemon.log"),
+	})
 	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	d.Cmd = exec.Command(filepath.Join(binDir, "cellblockd"), "--socket", d.Socket, "--state-dir", d.StateDir,
-		"--log-format", "json", "--max-concurrent", "8", "--allow-uid", "65533")
-	d.Cmd.Stdout = logf
-	d.Cmd.Stderr = logf
-	if err := d.Cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
-	d.Client = client.New(d.Socket)
-	if err := d.waitReady(); err != nil {
 		return nil, fmt.Errorf("shared daemon: %w", err)
 	}
-	return d, nil
+	return &Daemon{Daemon: dd, StateDir: sharedStateDir}, nil
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if sharedDaemon != nil {
-		_ = sharedDaemon.Cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-sharedDaemon.done:
-			if sharedDaemon.exitErr != nil {
-				fmt.Fprintf(os.Stderr, "shared cellblockd did not exit cleanly: %v\n", sharedDaemon.exitErr)
-				code = 1
-			}
-		case <-time.After(60 * time.Second):
-			_ = sharedDaemon.Cmd.Process.Kill()
-			fmt.Fprintln(os.Stderr, "shared cellblockd did not exit within 60s of SIGTERM")
+		if err := sharedDaemon.Daemon.Stop(stopGrace); err != nil {
+			fmt.Fprintf(os.Stderr, "shared %v\n", err)
 			code = 1
 		}
 		// Every daemon is gone now, with its prestarted jails: nothing

@@ -73,7 +73,28 @@ func TestQueueFullAnswers429(t *testing.T) {
 	d := startDaemon(t, "--max-concurrent", "1", "--queue", "1")
 	var wg sync.WaitGroup
 	results := make(chan *api.Result, 4)
-	for i := 0; i < 4; i++ {
+	// The first run takes the only slot; once it is running, of the
+	// three that follow one waits in the queue and two are turned away.
+	running := make(chan struct{})
+	var once sync.Once
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res, err := d.Client.RunStream(context.Background(), &api.RunRequest{Code: "import time; print('running', flush=True); time.sleep(1.5)"},
+			func(_, data string) {
+				if strings.Contains(data, "running") {
+					once.Do(func() { close(running) })
+				}
+			})
+		once.Do(func() { close(running) })
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		results <- res
+	}()
+	<-running
+	for i := 0; i < 3; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -84,7 +105,6 @@ func TestQueueFullAnswers429(t *testing.T) {
 			}
 			results <- res
 		}()
-		time.Sleep(100 * time.Millisecond)
 	}
 	wg.Wait()
 	close(results)
@@ -172,28 +192,41 @@ time.sleep(300)
 func TestSIGTERMDrains(t *testing.T) {
 	d := startDaemon(t)
 	done := make(chan *api.Result, 1)
+	running := make(chan struct{})
+	var once sync.Once
 	go func() {
-		res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: "import time; time.sleep(1); print('finished')"})
+		res, err := d.Client.RunStream(context.Background(), &api.RunRequest{Code: "import time; print('running', flush=True); time.sleep(1); print('finished')"},
+			func(_, data string) {
+				if strings.Contains(data, "running") {
+					once.Do(func() { close(running) })
+				}
+			})
+		once.Do(func() { close(running) })
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
-	time.Sleep(400 * time.Millisecond)
+	<-running
 	_ = d.Cmd.Process.Signal(syscall.SIGTERM)
 	// New runs are refused while draining.
-	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := d.WaitLog(ctx, `"msg":"draining"`)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: "print(1)"}); err == nil && res.Error == nil {
 		t.Errorf("a run was accepted while draining")
 	}
 	res := <-done
-	if res == nil || res.Stdout != "finished\n" {
+	if res == nil || res.Stdout != "running\nfinished\n" {
 		t.Errorf("the run in flight did not finish: %+v", res)
 	}
 	select {
-	case <-d.done:
-		if d.exitErr != nil {
-			t.Errorf("exit after SIGTERM: %v", d.exitErr)
+	case <-d.Done():
+		if err := d.ExitErr(); err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the daemon did not exit after draining")

@@ -230,10 +230,12 @@ func mcpStructured(t *testing.T, res *mcp.CallToolResult, v any) {
 type mcpProgressLog struct {
 	mu    sync.Mutex
 	byTok map[string][]string
+	// changed is closed, and replaced, when a notification arrives.
+	changed chan struct{}
 }
 
 func mcpWatchProgress(c *mcpclient.Client) *mcpProgressLog {
-	p := &mcpProgressLog{byTok: map[string][]string{}}
+	p := &mcpProgressLog{byTok: map[string][]string{}, changed: make(chan struct{})}
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		if n.Method != string(mcp.MethodNotificationProgress) {
 			return
@@ -242,6 +244,8 @@ func mcpWatchProgress(c *mcpclient.Client) *mcpProgressLog {
 		msg, _ := n.Params.AdditionalFields["message"].(string)
 		p.mu.Lock()
 		p.byTok[tok] = append(p.byTok[tok], msg)
+		close(p.changed)
+		p.changed = make(chan struct{})
 		p.mu.Unlock()
 	})
 	return p
@@ -251,6 +255,26 @@ func (p *mcpProgressLog) text(tok string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.byTok[tok], "")
+}
+
+// await waits until the progress of tok holds substr and returns when it
+// saw it; it fails the test after timeout.
+func (p *mcpProgressLog) await(t *testing.T, tok, substr string, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		p.mu.Lock()
+		changed := p.changed
+		p.mu.Unlock()
+		if strings.Contains(p.text(tok), substr) {
+			return time.Now()
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("no %q in the progress of %s within %v; got %q", substr, tok, timeout, p.text(tok))
+		}
+	}
 }
 
 func TestMCP(t *testing.T) {
@@ -400,14 +424,7 @@ func TestMCP(t *testing.T) {
 					res, err := c.CallTool(ctx, req)
 					answers <- answer{time.Now(), res, err}
 				}()
-				var firstAt time.Time
-				deadline := time.Now().Add(60 * time.Second)
-				for firstAt.IsZero() && time.Now().Before(deadline) {
-					if strings.Contains(progress.text(tok), "first") {
-						firstAt = time.Now()
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				firstAt := progress.await(t, tok, "first", 60*time.Second)
 				a := <-answers
 				if a.err != nil || a.res.IsError {
 					t.Fatalf("call: %v %s", a.err, mcpText(a.res))
@@ -482,7 +499,7 @@ func TestMCPCancel(t *testing.T) {
 				_, err := c.CallTool(ctx, req)
 				errc <- err
 			}()
-			mcpWaitUntil(t, "the run to start", 60*time.Second, func() bool { return strings.Contains(progress.text(tok), "started") })
+			progress.await(t, tok, "started", 60*time.Second)
 			if n := mcpRunning(t, d); n != 1 {
 				t.Fatalf("%d runs going on, want 1", n)
 			}
@@ -550,6 +567,8 @@ func mcpRunning(t *testing.T, d *Daemon) int {
 	return info.Running
 }
 
+// mcpWaitUntil polls cond until it holds, failing the test after timeout;
+// for conditions that offer no event, such as the daemon's load.
 func mcpWaitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

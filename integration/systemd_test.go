@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/client"
 )
 
 // launchUnder starts cellblockd the way a service manager would: under the
@@ -24,39 +23,16 @@ import (
 func launchUnder(t *testing.T, prefix, env []string, socket string, args ...string) *Daemon {
 	t.Helper()
 	requireRoot(t)
-	dir := filepath.Dir(socket)
-	ourCgroupNames.Store(cgroupName(t), true)
-	d := &Daemon{Socket: socket, StateDir: freshStateDir(t), logPath: filepath.Join(dir, "daemon.log"), done: make(chan struct{})}
-	all := append([]string{bin(t, "cellblockd"), "--state-dir", d.StateDir, "--cgroup-name", cgroupName(t),
-		"--log-format", "json"}, args...)
-	if flagValue(args, "--socket") == "" {
-		all = append(all, "--socket", socket)
-	}
-	all = append(prefix, all...)
-	logf, err := os.Create(d.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Cmd = exec.Command(all[0], all[1:]...)
-	d.Cmd.Env = append(os.Environ(), env...)
-	d.Cmd.Stdout, d.Cmd.Stderr = logf, logf
-	if err := d.Cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", all, err)
-	}
-	logf.Close()
-	go func() { d.exitErr = d.Cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() { d.Stop(t) })
-	d.Client = client.New(socket)
-	return d
+	cfg, state := daemonConfig(t, socket, args...)
+	cfg.Prefix, cfg.Env = prefix, env
+	return launch(t, cfg, state)
 }
 
-// startUnder is launchUnder, then waits until the API answers.
+// startUnder is launchUnder, then waits until the daemon is ready.
 func startUnder(t *testing.T, prefix, env []string, socket string, args ...string) *Daemon {
 	t.Helper()
 	d := launchUnder(t, prefix, env, socket, args...)
-	if err := d.waitReady(); err != nil {
-		t.Fatal(err)
-	}
+	d.waitReady(t)
 	return d
 }
 
@@ -84,7 +60,19 @@ func TestSystemdSocketActivation(t *testing.T) {
 	dir := socketDir(t)
 	activated := filepath.Join(dir, "activated.sock")
 	own := filepath.Join(dir, "own.sock")
-	d := startUnder(t, []string{activate, "-l", activated, "--fdname=cellblockd"}, nil, activated, "--socket", own)
+	d := launchUnder(t, []string{activate, "-l", activated, "--fdname=cellblockd"}, nil, activated, "--socket", own)
+	// The daemon starts when the first connection arrives: this one, made
+	// once the activator says it listens, which the daemon answers once
+	// it serves. (The activator passes on no NOTIFY_SOCKET: the answer
+	// is the sign that the daemon is ready.)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := d.WaitLog(ctx, "Listening on "+activated); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Client.Health(ctx); err != nil {
+		t.Fatalf("the activated daemon did not answer: %v\n%s", err, d.Log())
+	}
 
 	res := runOK(t, d, &api.RunRequest{Code: "import os\nprint(sorted(k for k in os.environ if k.startswith(('LISTEN_', 'NOTIFY_', 'WATCHDOG_'))))"})
 	if res.Stdout != "[]\n" {
@@ -193,9 +181,9 @@ func TestSystemdNotifyReadyWatchdogStopping(t *testing.T) {
 	}
 	n.await(t, "STOPPING=1", 10*time.Second)
 	select {
-	case <-d.done:
-		if d.exitErr != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", d.exitErr, d.Log())
+	case <-d.Done():
+		if err := d.ExitErr(); err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, d.Log())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("no exit after STOPPING=1")

@@ -21,11 +21,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/client"
+	"github.com/cellblock/cellblock/internal/daemontest"
 )
 
 func main() {
@@ -75,7 +74,7 @@ func run() error {
 		return err
 	}
 	defer fresh.stop()
-	c := pre.client
+	c := pre.Client
 	info, err := c.Info(context.Background())
 	if err != nil {
 		return err
@@ -123,10 +122,10 @@ func run() error {
 	}
 	runners = append(runners,
 		&runner{name: "cellblock, fresh jail (--prestart 0)", cmd: func() *exec.Cmd {
-			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", fresh.socket, "run", "-c", code)
+			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", fresh.Socket, "run", "-c", code)
 		}},
 		&runner{name: "cellblock, prestarted jail (default)", cmd: func() *exec.Cmd {
-			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", pre.socket, "run", "-c", code)
+			return exec.Command(filepath.Join(bins, "cellblock"), "--socket", pre.Socket, "run", "-c", code)
 		}})
 
 	// Warm up each runner, then interleave. Every measurement starts on a
@@ -186,7 +185,7 @@ func run() error {
 	}
 	// Dependencies on the fresh-jail daemon, so that runs with and
 	// without an environment are built the same way.
-	return depsBench(fresh.client, *n)
+	return depsBench(fresh.Client, *n)
 }
 
 // phaseTable breaks n API calls on d down by the daemon's phases.
@@ -199,7 +198,7 @@ func phaseTable(d *benchDaemon, code string, n int) error {
 			return err
 		}
 		start := time.Now()
-		res, err := d.client.Run(context.Background(), &api.RunRequest{Code: code})
+		res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: code})
 		total := time.Since(start)
 		if err != nil || res.Error != nil || res.Phases == nil {
 			return fmt.Errorf("phase run: %v %+v", err, res)
@@ -235,44 +234,40 @@ func phaseTable(d *benchDaemon, code string, n int) error {
 
 // benchDaemon is a cellblockd the benchmark started.
 type benchDaemon struct {
-	name   string
-	socket string
-	cmd    *exec.Cmd
-	client *client.Client
-	log    string
+	*daemontest.Daemon
+	name string
 }
+
+// startTimeout bounds a daemon's start-up, which may build a rootfs.
+const startTimeout = 2 * time.Minute
 
 // startDaemon starts cellblockd with its own socket, state directory and
-// cgroup name, and waits until it answers.
+// cgroup name, and waits until it is ready and its prestarted jails are.
 func startDaemon(bins, tmp, name, stateDir, cgroupName string, args ...string) (*benchDaemon, error) {
-	d := &benchDaemon{name: name, socket: filepath.Join(tmp, name+".sock"), log: filepath.Join(tmp, name+".log")}
-	args = append([]string{"--socket", d.socket, "--state-dir", stateDir, "--cgroup-name", cgroupName, "--log-format", "json"}, args...)
-	d.cmd = exec.Command(filepath.Join(bins, "cellblockd"), args...)
-	logf, err := os.Create(d.log)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	d, err := daemontest.Start(ctx, daemontest.Config{
+		Binary:  filepath.Join(bins, "cellblockd"),
+		Socket:  filepath.Join(tmp, name+".sock"),
+		Args:    append([]string{"--state-dir", stateDir, "--cgroup-name", cgroupName}, args...),
+		LogPath: filepath.Join(tmp, name+".log"),
+	})
 	if err != nil {
+		return nil, fmt.Errorf("daemon %s: %w", name, err)
+	}
+	bd := &benchDaemon{Daemon: d, name: name}
+	if err := bd.settle(); err != nil {
+		bd.stop()
 		return nil, err
 	}
-	defer logf.Close()
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	if err := d.cmd.Start(); err != nil {
-		return nil, err
-	}
-	d.client = client.New(d.socket)
-	deadline := time.Now().Add(2 * time.Minute)
-	for d.client.Health(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			d.stop()
-			log, _ := os.ReadFile(d.log)
-			return nil, fmt.Errorf("daemon %s did not start:\n%s", name, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return d, d.settle()
+	return bd, nil
 }
 
+// stop stops the daemon, saying so if it did not stop cleanly.
 func (d *benchDaemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	_ = d.cmd.Wait()
+	if err := d.Stop(time.Minute); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: daemon %s: %v\n", d.name, err)
+	}
 }
 
 // settle waits until every prestarted jail is ready again, so that no
@@ -280,7 +275,7 @@ func (d *benchDaemon) stop() {
 func (d *benchDaemon) settle() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		info, err := d.client.Info(context.Background())
+		info, err := d.Client.Info(context.Background())
 		if err != nil {
 			return err
 		}

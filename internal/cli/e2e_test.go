@@ -6,114 +6,49 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/server/servertest"
 )
 
-// fakeDaemon serves the parts of cellblockd's API the CLI uses on a Unix
-// socket, and records what it was sent.
+// fakeDaemon is the real API server (package servertest) with made-up
+// runs.
 type fakeDaemon struct {
+	*servertest.Daemon
 	socket string
-	// run answers POST /v1/runs; it gets the decoded request.
-	run  func(w http.ResponseWriter, r *http.Request, req *api.RunRequest)
-	info api.Info
-
-	mu     sync.Mutex
-	reqs   []api.RunRequest
-	accept []string
 }
 
-func newFakeDaemon(t *testing.T, run func(w http.ResponseWriter, r *http.Request, req *api.RunRequest)) *fakeDaemon {
+// newFakeDaemon serves testInfo with run carrying out every run; nil
+// answers every run with an empty result.
+func newFakeDaemon(t *testing.T, run servertest.RunFunc) *fakeDaemon {
 	t.Helper()
-	// t.TempDir can be too long for a socket path (108 bytes).
-	dir, err := os.MkdirTemp("", "cb")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := &fakeDaemon{socket: filepath.Join(dir, "d.sock"), run: run, info: testInfo}
-	ln, err := net.Listen("unix", d.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+api.PathRuns, func(w http.ResponseWriter, r *http.Request) {
-		var req api.RunRequest
-		dec := json.NewDecoder(r.Body)
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			t.Errorf("fake daemon: decode request: %v", err)
-			w.WriteHeader(http.StatusBadRequest)
-			return
-		}
-		d.mu.Lock()
-		d.reqs = append(d.reqs, req)
-		d.accept = append(d.accept, r.Header.Get("Accept"))
-		d.mu.Unlock()
-		d.run(w, r, &req)
-	})
-	mux.HandleFunc("GET "+api.PathInfo, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, d.info)
-	})
-	mux.HandleFunc("GET "+api.PathHealth, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, api.Health{Status: "ok"})
-	})
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return d
+	d := servertest.Start(t, testInfo, run)
+	return &fakeDaemon{Daemon: d, socket: d.Socket}
 }
 
-// lastRequest returns the last run request and its Accept header.
-func (d *fakeDaemon) lastRequest(t *testing.T) (api.RunRequest, string) {
+// lastRequest returns the last run request and whether it asked for a
+// stream.
+func (d *fakeDaemon) lastRequest(t *testing.T) (api.RunRequest, bool) {
 	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.reqs) == 0 {
-		t.Fatal("the fake daemon got no run request")
-	}
-	return d.reqs[len(d.reqs)-1], d.accept[len(d.accept)-1]
+	r := d.LastRequest(t)
+	return r.RunRequest, r.Streamed
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-// answer answers a run as cellblockd does: a stream of events ending with
-// the result when the client accepts one, else the result alone.
-func answer(events []api.Event, res api.Result) func(http.ResponseWriter, *http.Request, *api.RunRequest) {
-	return func(w http.ResponseWriter, r *http.Request, _ *api.RunRequest) {
-		if r.Header.Get("Accept") != api.StreamContentType {
-			writeJSON(w, http.StatusOK, res)
-			return
-		}
-		w.Header().Set("Content-Type", api.StreamContentType+"; charset=utf-8")
-		enc := json.NewEncoder(w)
+// answer carries out a run by streaming events (when the client accepts
+// a stream) and returning res.
+func answer(events []api.Event, res api.Result) servertest.RunFunc {
+	return func(_ context.Context, _ *api.RunRequest, emit func(stream, data string)) (*api.Result, error) {
 		for _, ev := range events {
-			enc.Encode(ev)
-			w.(http.Flusher).Flush()
+			emit(ev.Stream, ev.Data)
 		}
-		enc.Encode(api.Event{Result: &res})
-	}
-}
-
-// refuse answers every run with an error object, as cellblockd does for
-// a run it will not carry out.
-func refuse(status int, e *api.Error) func(http.ResponseWriter, *http.Request, *api.RunRequest) {
-	return func(w http.ResponseWriter, _ *http.Request, _ *api.RunRequest) {
-		writeJSON(w, status, api.Result{ExitCode: -1, Error: e})
+		return &res, nil
 	}
 }
 
@@ -183,9 +118,9 @@ func TestRunStreams(t *testing.T) {
 		"-c", "print(1)", "x", "--json")
 	got.check(t, "caf\u00e9 \U0001F600\n<done> & \x01\n", "warning: \ufffd\n", 3)
 
-	req, accept := d.lastRequest(t)
-	if accept != api.StreamContentType {
-		t.Errorf("Accept = %q, want %q", accept, api.StreamContentType)
+	req, streamed := d.lastRequest(t)
+	if !streamed {
+		t.Error("the run was not asked for as a stream")
 	}
 	want := api.RunRequest{
 		Code:         "print(1)",
@@ -240,12 +175,31 @@ func TestRunSocketFromEnvironment(t *testing.T) {
 }
 
 func TestRunNotStreamed(t *testing.T) {
-	// A daemon that answers a streaming request with one result.
+	// cellblockd streams every run it carried out to a client that asked
+	// for a stream; a daemon (or a proxy) that answers with one result
+	// instead must work all the same. This one is not the real server,
+	// which never answers so.
 	res := api.Result{ExitCode: 1, Stdout: "out\n", Stderr: "Traceback...\n"}
-	d := newFakeDaemon(t, func(w http.ResponseWriter, _ *http.Request, _ *api.RunRequest) {
-		writeJSON(w, http.StatusOK, res)
-	})
-	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "-c", "x").check(t, "out\n", "Traceback...\n", 1)
+	dir, err := os.MkdirTemp("", "cb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Accept") != api.StreamContentType {
+			t.Errorf("Accept = %q, want a stream", r.Header.Get("Accept"))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(res)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	runCLI(context.Background(), "", nil, "run", "--socket", socket, "-c", "x").check(t, "out\n", "Traceback...\n", 1)
 }
 
 func TestRunEndings(t *testing.T) {
@@ -290,9 +244,11 @@ func TestRunEndings(t *testing.T) {
 }
 
 func TestRunRefused(t *testing.T) {
-	d := newFakeDaemon(t, refuse(http.StatusBadRequest, &api.Error{
-		Type: api.ErrOverLimit, Field: "timeout_ms", Message: "600000 is above the daemon's maximum of 300000",
-	}))
+	// The server itself refuses a limit above its maximum.
+	d := newFakeDaemon(t, func(context.Context, *api.RunRequest, func(string, string)) (*api.Result, error) {
+		t.Error("a run over the limits reached the executor")
+		return &api.Result{}, nil
+	})
 	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--timeout", "10m", "-c", "x").check(t, "",
 		"cellblock: over_limit: timeout_ms: 600000 is above the daemon's maximum of 300000\n", 125)
 
@@ -334,8 +290,8 @@ func TestRunJSON(t *testing.T) {
 			t.Errorf("result object lacks %q", field)
 		}
 	}
-	if _, accept := d.lastRequest(t); accept != "application/json" {
-		t.Errorf("Accept = %q, want application/json", accept)
+	if _, streamed := d.lastRequest(t); streamed {
+		t.Error("--json asked for a stream")
 	}
 }
 
@@ -351,17 +307,15 @@ func TestRunInterrupted(t *testing.T) {
 	} {
 		started := make(chan struct{})
 		gone := make(chan struct{})
-		d := newFakeDaemon(t, func(w http.ResponseWriter, r *http.Request, _ *api.RunRequest) {
-			if r.Header.Get("Accept") == api.StreamContentType {
-				w.Header().Set("Content-Type", api.StreamContentType)
-				json.NewEncoder(w).Encode(api.Event{Stream: "stdout", Data: "tick\n"})
-			}
-			w.(http.Flusher).Flush()
+		d := newFakeDaemon(t, func(ctx context.Context, _ *api.RunRequest, emit func(string, string)) (*api.Result, error) {
+			emit("stdout", "tick\n")
 			close(started)
 			select {
-			case <-r.Context().Done():
+			case <-ctx.Done():
 				close(gone)
+				return nil, ctx.Err()
 			case <-time.After(10 * time.Second):
+				return &api.Result{}, nil
 			}
 		})
 		ctx, cancel := context.WithCancelCause(context.Background())

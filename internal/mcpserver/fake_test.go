@@ -2,36 +2,23 @@ package mcpserver
 
 import (
 	"context"
-	"encoding/json"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/server/servertest"
 )
 
-// fakeDaemon stands in for cellblockd: an HTTP server on a Unix socket
-// speaking the socket API of package api. Each test decides what a run
-// does by setting run.
+// fakeDaemon is the real API server (package servertest) with made-up
+// runs. Each test decides what a run does by setting run.
 type fakeDaemon struct {
+	*servertest.Daemon
 	socket string
 	info   api.Info
 
 	// run carries out one run: it may call emit to stream output (sent as
 	// events when the client asked for a stream) and returns the result.
-	// ctx is the HTTP request's context: it ends when the client goes away.
+	// ctx ends when the client goes away.
 	run func(ctx context.Context, req *api.RunRequest, emit func(stream, data string)) *api.Result
-
-	mu       sync.Mutex
-	requests []api.RunRequest
-	streamed int // requests that asked for an event stream
-	// canceled receives the code of every run whose request context ended
-	// before run returned.
-	canceled chan string
 }
 
 // testInfo is the info the fake daemon reports, with limits unlike any
@@ -62,106 +49,55 @@ func testInfo() api.Info {
 // startFakeDaemon serves a fake daemon until the test ends.
 func startFakeDaemon(t *testing.T) *fakeDaemon {
 	t.Helper()
-	// Unix socket paths are short (108 bytes); t.TempDir can be long.
-	dir, err := os.MkdirTemp("", "cbmcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	return startFakeDaemonFor(t, testInfo())
+}
+
+// startFakeDaemonFor serves a fake daemon that reports, and is configured
+// with, info.
+func startFakeDaemonFor(t *testing.T, info api.Info) *fakeDaemon {
+	t.Helper()
 	fd := &fakeDaemon{
-		socket:   filepath.Join(dir, "d.sock"),
-		info:     testInfo(),
-		canceled: make(chan string, 100),
+		info: info,
 		run: func(_ context.Context, req *api.RunRequest, emit func(string, string)) *api.Result {
 			return &api.Result{Stdout: "ran\n", Python: "3.12.7"}
 		},
 	}
-	ln, err := net.Listen("unix", fd.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+api.PathInfo, func(w http.ResponseWriter, r *http.Request) {
-		fd.mu.Lock()
-		info := fd.info
-		fd.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(info)
+	fd.Daemon = servertest.Start(t, fd.info, func(ctx context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
+		return fd.run(ctx, req, emit), nil
 	})
-	mux.HandleFunc("POST "+api.PathRuns, fd.serveRun)
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
+	fd.socket = fd.Socket
 	return fd
-}
-
-func (fd *fakeDaemon) serveRun(w http.ResponseWriter, r *http.Request) {
-	var req api.RunRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		_ = json.NewEncoder(w).Encode(api.Result{Error: &api.Error{Type: api.ErrBadRequest, Message: err.Error()}})
-		return
-	}
-	stream := r.Header.Get("Accept") == api.StreamContentType
-	fd.mu.Lock()
-	fd.requests = append(fd.requests, req)
-	if stream {
-		fd.streamed++
-	}
-	fd.mu.Unlock()
-
-	// The stream starts with the first output, as a refusal before any
-	// output is answered with a plain JSON result and an error status.
-	var mu sync.Mutex // emit may be called from the run's goroutines
-	started := false
-	enc := json.NewEncoder(w)
-	flusher, _ := w.(http.Flusher)
-	startLocked := func() {
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", api.StreamContentType)
-			w.WriteHeader(http.StatusOK)
-		}
-	}
-	emit := func(s, data string) {
-		if !stream {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		startLocked()
-		_ = enc.Encode(api.Event{Stream: s, Data: data})
-		flusher.Flush()
-	}
-	res := fd.run(r.Context(), &req, emit)
-	if r.Context().Err() != nil {
-		fd.canceled <- req.Code
-		return
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if stream && (started || res.Error == nil) {
-		startLocked()
-		_ = enc.Encode(api.Event{Result: res})
-		return
-	}
-	status := http.StatusOK
-	if res.Error != nil {
-		status = http.StatusBadRequest
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = enc.Encode(res)
 }
 
 // lastRequest returns the most recent run request.
 func (fd *fakeDaemon) lastRequest(t *testing.T) api.RunRequest {
 	t.Helper()
-	fd.mu.Lock()
-	defer fd.mu.Unlock()
-	if len(fd.requests) == 0 {
-		t.Fatal("the daemon got no run request")
+	return fd.LastRequest(t).RunRequest
+}
+
+// streamed counts the run requests that asked for an event stream.
+func (fd *fakeDaemon) streamed() int {
+	n := 0
+	for _, r := range fd.Requests() {
+		if r.Streamed {
+			n++
+		}
 	}
-	return fd.requests[len(fd.requests)-1]
+	return n
+}
+
+// asServed is res as the daemon answers it: with the run's id, which the
+// daemon assigns, and, when the run did not report its limits, those of
+// the request, here the daemon's defaults.
+func asServed(t *testing.T, res, got api.Result) api.Result {
+	t.Helper()
+	if got.RunID == "" {
+		t.Error("the result has no run id")
+	}
+	res.RunID = got.RunID
+	if res.Limits == nil {
+		l := testInfo().Defaults
+		res.Limits = &l
+	}
+	return res
 }

@@ -124,21 +124,47 @@ func mustContain(t *testing.T, text string, wants ...string) {
 type notes struct {
 	mu   sync.Mutex
 	list []mcp.JSONRPCNotification
-	got  chan struct{} // gets a value for each notification, if there is room
+	// changed is closed, and replaced, when a notification arrives.
+	changed chan struct{}
 }
 
 func collect(c *mcpclient.Client) *notes {
-	n := &notes{got: make(chan struct{}, 1000)}
+	n := &notes{changed: make(chan struct{})}
 	c.OnNotification(func(nt mcp.JSONRPCNotification) {
 		n.mu.Lock()
 		n.list = append(n.list, nt)
+		close(n.changed)
+		n.changed = make(chan struct{})
 		n.mu.Unlock()
-		select {
-		case n.got <- struct{}{}:
-		default:
-		}
 	})
 	return n
+}
+
+// wait reports whether cond holds, checking it again on every
+// notification that arrives until timeout.
+func (n *notes) wait(timeout time.Duration, cond func() bool) bool {
+	deadline := time.After(timeout)
+	for {
+		n.mu.Lock()
+		changed := n.changed
+		n.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return cond()
+		}
+	}
+}
+
+// await is wait that fails the test when cond does not come to hold.
+func (n *notes) await(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	if !n.wait(timeout, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }
 
 // progress returns the progress notifications for token: their messages
@@ -197,18 +223,6 @@ func tokenString(v any) string {
 	return string(data)
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // blockUntilCanceled is a run that writes a line and then runs until its
 // request is cancelled; started gets the run's code once it is going.
 func blockUntilCanceled(started chan<- string) func(context.Context, *api.RunRequest, func(string, string)) *api.Result {
@@ -229,7 +243,7 @@ func blockUntilCanceled(started chan<- string) func(context.Context, *api.RunReq
 func expectCanceled(t *testing.T, fd *fakeDaemon, code string) {
 	t.Helper()
 	select {
-	case got := <-fd.canceled:
+	case got := <-fd.Canceled():
 		if got != code {
 			t.Fatalf("the daemon saw %q cancelled, want %q", got, code)
 		}

@@ -95,7 +95,7 @@ func TestRunGoodCode(t *testing.T) {
 			fd := startFakeDaemon(t)
 			want := api.Result{
 				Stdout: "hello\n", Stderr: "note\n", DurationMs: 42, CPUMs: 30, MemoryPeakBytes: 9 << 20,
-				RunID: "r1", Python: "3.11.9",
+				Python: "3.11.9",
 				Limits: &api.Limits{TimeoutMs: 2500, MemoryBytes: 100 << 20},
 			}
 			fd.run = func(_ context.Context, req *api.RunRequest, emit func(string, string)) *api.Result {
@@ -118,8 +118,8 @@ func TestRunGoodCode(t *testing.T) {
 			}
 			text := resultText(res)
 			mustContain(t, text, "exited normally", "--- stdout ---\nhello", "--- stderr ---\nnote", "Python 3.11.9", "42 ms wall")
-			if got := resultOf(t, res); !reflect.DeepEqual(got, want) {
-				t.Errorf("structured content = %+v, want %+v", got, want)
+			if got := resultOf(t, res); !reflect.DeepEqual(got, asServed(t, want, got)) {
+				t.Errorf("structured content = %+v, want %+v", got, asServed(t, want, got))
 			}
 
 			req := fd.lastRequest(t)
@@ -128,7 +128,7 @@ func TestRunGoodCode(t *testing.T) {
 				!reflect.DeepEqual(req.Dependencies, []string{"numpy", "rich"}) {
 				t.Errorf("the daemon got %+v", req)
 			}
-			if fd.streamed != 1 {
+			if fd.streamed() != 1 {
 				t.Errorf("run_python did not ask for a stream")
 			}
 		})
@@ -190,8 +190,8 @@ func TestRunFailures(t *testing.T) {
 			if env := fd.lastRequest(t).Env; env["PYTHONUNBUFFERED"] != "" {
 				t.Errorf("env PYTHONUNBUFFERED was not left as the caller set it: %v", env)
 			}
-			if got := resultOf(t, res); !reflect.DeepEqual(got, tt.result) {
-				t.Errorf("structured content = %+v, want %+v", got, tt.result)
+			if got := resultOf(t, res); !reflect.DeepEqual(got, asServed(t, tt.result, got)) {
+				t.Errorf("structured content = %+v, want %+v", got, asServed(t, tt.result, got))
 			}
 		})
 	}
@@ -272,10 +272,8 @@ func TestRunBadArguments(t *testing.T) {
 			mustContain(t, resultText(res), tt.want)
 		})
 	}
-	fd.mu.Lock()
-	defer fd.mu.Unlock()
-	if len(fd.requests) != 0 {
-		t.Errorf("bad arguments reached the daemon: %+v", fd.requests)
+	if reqs := fd.Requests(); len(reqs) != 0 {
+		t.Errorf("bad arguments reached the daemon: %+v", reqs)
 	}
 }
 
@@ -285,7 +283,9 @@ func TestConcurrentCalls(t *testing.T) {
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			const n = 8
-			fd := startFakeDaemon(t)
+			info := testInfo()
+			info.MaxConcurrent = n // all of them at once
+			fd := startFakeDaemonFor(t, info)
 			var arrived sync.WaitGroup
 			arrived.Add(n)
 			allIn := make(chan struct{})
@@ -332,7 +332,7 @@ func TestConcurrentCalls(t *testing.T) {
 			for i := range n {
 				want := fmt.Sprintf("out of print(%d)\n", i)
 				var msgs []string
-				waitFor(t, "progress of call "+fmt.Sprint(i), 5*time.Second, func() bool {
+				ns.await(t, "progress of call "+fmt.Sprint(i), 5*time.Second, func() bool {
 					msgs, _ = ns.progress(fmt.Sprintf("tok-%d", i))
 					return len(msgs) > 0
 				})
@@ -361,16 +361,8 @@ func TestNotificationsDuringRun(t *testing.T) {
 			// client as a notification: they arrive while it goes on.
 			fd.run = func(ctx context.Context, _ *api.RunRequest, emit func(string, string)) *api.Result {
 				emit("stdout", "line 1\n")
-				deadline := time.After(5 * time.Second)
-				for {
-					if msgs, _ := ns.progress("tok"); len(msgs) > 0 {
-						break
-					}
-					select {
-					case <-ns.got:
-					case <-deadline:
-						return &api.Result{ExitCode: 99, Stderr: "no notification during the run"}
-					}
+				if !ns.wait(5*time.Second, func() bool { msgs, _ := ns.progress("tok"); return len(msgs) > 0 }) {
+					return &api.Result{ExitCode: 99, Stderr: "no notification during the run"}
 				}
 				emit("stderr", "line 2\n")
 				emit("stdout", strings.Repeat("é", maxNotifyBytes)) // split in pieces, on rune boundaries
@@ -386,7 +378,7 @@ func TestNotificationsDuringRun(t *testing.T) {
 
 			var msgs []string
 			var values []float64
-			waitFor(t, "all progress notifications", 5*time.Second, func() bool {
+			ns.await(t, "all progress notifications", 5*time.Second, func() bool {
 				msgs, values = ns.progress("tok")
 				return len(strings.Join(msgs, "")) == len("line 1\nline 2\n")+2*maxNotifyBytes
 			})
@@ -403,7 +395,7 @@ func TestNotificationsDuringRun(t *testing.T) {
 			}
 			if p.name == "legacy" {
 				// Logging notifications, for clients that asked for info logs.
-				waitFor(t, "log notifications", 5*time.Second, func() bool {
+				ns.await(t, "log notifications", 5*time.Second, func() bool {
 					return len(ns.logs("stderr")) > 0 && len(ns.logs("stdout")) > 0
 				})
 				if got := strings.Join(ns.logs("stderr"), ""); got != "line 2\n" {
@@ -466,9 +458,35 @@ func TestCancel(t *testing.T) {
 func TestCheckEnvironment(t *testing.T) {
 	fd := startFakeDaemon(t)
 	c := connect(t, newServer(t, fd))
-	fd.mu.Lock()
-	fd.info.Running, fd.info.Queued = 2, 1 // asked afresh on every call
-	fd.mu.Unlock()
+	// Load the daemon for real: every slot taken and one run queued.
+	// The daemon's load is asked afresh on every call.
+	release := make(chan struct{})
+	started := make(chan struct{}, fd.info.MaxConcurrent+1)
+	fd.run = func(ctx context.Context, _ *api.RunRequest, _ func(string, string)) *api.Result {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &api.Result{}
+	}
+	var runs sync.WaitGroup
+	defer runs.Wait()
+	defer close(release)
+	dc := client.New(fd.socket)
+	for range fd.info.MaxConcurrent + 1 {
+		runs.Add(1)
+		go func() {
+			defer runs.Done()
+			_, _ = dc.Run(context.Background(), &api.RunRequest{Code: "pass"})
+		}()
+	}
+	for range fd.info.MaxConcurrent {
+		<-started
+	}
+	fd.WaitLoad(t, fd.info.MaxConcurrent, 1, 10*time.Second)
+	want := fd.info
+	want.Running, want.Queued = fd.info.MaxConcurrent, 1
 
 	res := callTool(t, context.Background(), c, ToolCheckEnvironment, nil)
 	if res.IsError {
@@ -476,12 +494,12 @@ func TestCheckEnvironment(t *testing.T) {
 	}
 	mustContain(t, resultText(res), "9.9.9-test", fd.socket, "3.12.7 (default), 3.11.9",
 		"7 s / 123 s", "200 MiB / 3 GiB", "48 / 512", "No network", "cgroup mode v2", "user namespace yes",
-		"seccomp filter yes", "up to 6 runs at once, 17 more may queue; now 2 running, 1 queued",
+		"seccomp filter yes", "up to 6 runs at once, 17 more may queue; now 6 running, 1 queued",
 		"installed with pip", "local wheel directories only", "wheels only", "2 environment(s), 5 MiB of a 1 GiB budget")
 	var got api.Info
 	structured(t, res, &got)
-	if !reflect.DeepEqual(got, fd.info) {
-		t.Errorf("structured content = %+v, want %+v", got, fd.info)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("structured content = %+v, want %+v", got, want)
 	}
 }
 
@@ -529,7 +547,7 @@ func TestDaemonUpLater(t *testing.T) {
 		t.Fatalf("isError: %s", resultText(res))
 	}
 	mustContain(t, resultText(res), "9.9.9-test", "was not reachable when cellblock-mcp started", "rebuilt")
-	waitFor(t, "tools/list_changed", 5*time.Second, func() bool {
+	ns.await(t, "tools/list_changed", 5*time.Second, func() bool {
 		return ns.count(string(mcp.MethodNotificationToolsListChanged)) > 0
 	})
 	tools, err = c.ListTools(context.Background(), mcp.ListToolsRequest{})

@@ -113,7 +113,11 @@ func codeOf(i int) string {
 }
 
 func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.Client) {
-	fd := startFakeDaemon(t)
+	// Eight calls at once below: the daemon takes all of them.
+	const n = 8
+	info := testInfo()
+	info.MaxConcurrent = n
+	fd := startFakeDaemonFor(t, info)
 	c := connect(newServer(t, fd))
 	ns := collect(c)
 	ctx := context.Background()
@@ -128,7 +132,6 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 
 	// Eight calls at once, each with its own output and progress token;
 	// every run waits for all of them to be in flight.
-	const n = 8
 	var arrived sync.WaitGroup
 	arrived.Add(n)
 	allIn := make(chan struct{})
@@ -146,15 +149,8 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 			return &api.Result{ExitCode: 99, Stderr: "not concurrent"}
 		}
 		// The run goes on until its output has reached its caller.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if msgs, _ := ns.progress(tokens[req.Code]); len(msgs) > 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				return &api.Result{ExitCode: 98, Stderr: "no progress notification during the run"}
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !ns.wait(5*time.Second, func() bool { msgs, _ := ns.progress(tokens[req.Code]); return len(msgs) > 0 }) {
+			return &api.Result{ExitCode: 98, Stderr: "no progress notification during the run"}
 		}
 		if strings.Contains(req.Code, "raise") {
 			return &api.Result{ExitCode: 1, Stderr: "Traceback (most recent call last):\n  File \"main.py\", line 1\nRuntimeError: " + req.Code + "\n"}
@@ -187,7 +183,7 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 	for i := range n {
 		code := codeOf(i)
 		var msgs []string
-		waitFor(t, fmt.Sprintf("progress of call %d", i), 5*time.Second, func() bool {
+		ns.await(t, fmt.Sprintf("progress of call %d", i), 5*time.Second, func() bool {
 			msgs, _ = ns.progress(fmt.Sprintf("t%d", i))
 			return len(msgs) > 0
 		})
@@ -241,7 +237,7 @@ func TestTailOutputDelivered(t *testing.T) {
 				if err != nil || res.IsError {
 					t.Fatalf("call %d: %v %v", i, err, res)
 				}
-				waitFor(t, "the last output as a notification", 2*time.Second, func() bool {
+				ns.await(t, "the last output as a notification", 2*time.Second, func() bool {
 					msgs, _ := ns.progress(token)
 					return strings.Join(msgs, "") == "last words of "+code+"\n"
 				})

@@ -46,7 +46,10 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 			writeError(w, aerr)
 			return
 		}
-		s.inflight.Add(1)
+		if !s.enter() {
+			writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+			return
+		}
 		defer s.inflight.Done()
 		// A build ends when the caller goes away or shutdown kills runs.
 		ctx, cancel := context.WithCancel(r.Context())

@@ -24,9 +24,3 @@ func PeerFrom(ctx context.Context) (peercred.Peer, bool) {
 	p, ok := ctx.Value(peerKey{}).(peercred.Peer)
 	return p, ok
 }
-
-// WithPeerForTest lets other packages' tests serve the handler without a
-// real socket. It is not used by the daemon.
-func WithPeerForTest(ctx context.Context, p peercred.Peer) context.Context {
-	return context.WithValue(ctx, peerKey{}, p)
-}

@@ -62,8 +62,11 @@ type Server struct {
 	runs       context.Context
 	cancelRuns context.CancelFunc
 	draining   chan struct{}
-	drainOnce  sync.Once
-	inflight   sync.WaitGroup
+	// mu orders entering (enter) against the start of draining, so that
+	// no run is added to inflight once Serve waits on it.
+	mu       sync.Mutex
+	drained  bool
+	inflight sync.WaitGroup
 }
 
 // New returns a server for exec.
@@ -117,7 +120,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	s.drainOnce.Do(func() { close(s.draining) })
+	s.mu.Lock()
+	if !s.drained {
+		s.drained = true
+		close(s.draining)
+	}
+	s.mu.Unlock()
 	s.log.Info("draining", "grace", grace)
 	timer := time.AfterFunc(grace, func() {
 		s.log.Warn("grace period over; killing runs in flight")
@@ -135,6 +143,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// enter counts a request that will run something as in flight, unless
+// draining has begun: then it reports false and the request must be
+// refused. Done on inflight ends it.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drained {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
 }
 
 func (s *Server) isDraining() bool {
@@ -214,9 +235,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, peer, req, started, aerr)
 		return
 	}
-	s.inflight.Add(1)
-	defer s.inflight.Done()
 	defer release()
+	if !s.enter() {
+		s.refuse(w, peer, req, started, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		return
+	}
+	defer s.inflight.Done()
 
 	// The run ends when the caller goes away or when shutdown kills it.
 	ctx, cancel := context.WithCancel(r.Context())

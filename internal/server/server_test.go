@@ -22,15 +22,20 @@ import (
 // layer; the integration suite runs the real one.
 type fakeExecutor struct {
 	block chan struct{} // if set, Execute waits for it or the context
-	err   error
-	mu    sync.Mutex
-	calls int
+	// started, if set, gets the code of every run as Execute begins.
+	started chan string
+	err     error
+	mu      sync.Mutex
+	calls   int
 }
 
 func (f *fakeExecutor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
+	if f.started != nil {
+		f.started <- req.Code
+	}
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -177,6 +182,8 @@ func TestQueueBound(t *testing.T) {
 	if first.Error == nil || first.Error.Type != api.ErrBusy {
 		t.Fatalf("first answer %+v, want busy", first)
 	}
+	// The other two are admitted: one runs, one is queued. Keep it there
+	// for a measured while.
 	time.Sleep(50 * time.Millisecond)
 	close(f.block)
 	var waited int64
@@ -194,7 +201,7 @@ func TestQueueBound(t *testing.T) {
 }
 
 func TestDrainRefusesNewRunsAndKillsAfterGrace(t *testing.T) {
-	f := &fakeExecutor{block: make(chan struct{})}
+	f := &fakeExecutor{block: make(chan struct{}), started: make(chan string, 2)}
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -212,9 +219,13 @@ func TestDrainRefusesNewRunsAndKillsAfterGrace(t *testing.T) {
 		res, _ := c.Run(context.Background(), &api.RunRequest{Code: "x"})
 		inflight <- res
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The run is in flight once the executor has it; the server drains
+	// once it has closed draining.
+	if code := <-f.started; code != "x" {
+		t.Fatalf("the executor got %q", code)
+	}
 	cancel()
-	time.Sleep(50 * time.Millisecond)
+	<-s.draining
 	if res, err := c.Run(context.Background(), &api.RunRequest{Code: "y"}); err == nil && (res.Error == nil || res.Error.Type != api.ErrUnavailable) {
 		t.Errorf("run accepted while draining: %+v", res)
 	}

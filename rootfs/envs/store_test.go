@@ -52,6 +52,29 @@ func (f *fakeBuild) fn(spec Spec) BuildFunc {
 	}
 }
 
+// awaitWaiters waits until n Acquire calls wait for the build of id in
+// flight: they are counted on it and can only get its result. The store
+// offers no event for a caller that starts waiting, so this polls.
+func awaitWaiters(t *testing.T, s *Store, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		got := 0
+		if f := s.flights[id]; f != nil {
+			got = f.waiters
+		}
+		s.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers wait for the build of %s after 10s, want %d", got, id, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func specFor(reqs ...string) Spec {
 	s := testSpec()
 	s.Requirements, _ = Normalize(reqs)
@@ -131,7 +154,9 @@ func TestStoreConcurrentAcquireBuildsOnce(t *testing.T) {
 			leases[i], errs[i] = s.Acquire(context.Background(), spec, fb.fn(spec))
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The build is held until every caller waits for it: none can come
+	// late and find the environment built.
+	awaitWaiters(t, s, spec.ID(), n)
 	close(fb.gate)
 	wg.Wait()
 	for i := range n {
@@ -140,6 +165,9 @@ func TestStoreConcurrentAcquireBuildsOnce(t *testing.T) {
 		}
 		if leases[i].Env.ID != spec.ID() {
 			t.Errorf("lease %d: env %s", i, leases[i].Env.ID)
+		}
+		if leases[i].CacheHit {
+			t.Errorf("lease %d was a cache hit: it did not wait for the build", i)
 		}
 	}
 	if c := fb.calls.Load(); c != 1 {
@@ -186,7 +214,7 @@ func TestStoreCancelWhileWaiting(t *testing.T) {
 		_, err := s.Acquire(ctx, spec, fb.fn(spec))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	awaitWaiters(t, s, spec.ID(), 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled acquire: %v", err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/client"
+	"github.com/cellblock/cellblock/internal/daemontest"
 )
 
 // Where the daemon lives in the guest. serviceCgroup plays the part of the
@@ -36,14 +35,10 @@ const startTimeout = 4 * time.Minute
 
 // daemonProc is the cellblockd the guest started.
 type daemonProc struct {
-	cmd     *exec.Cmd
-	client  *client.Client
-	logPath string
-	done    chan struct{}
-	exitErr error
+	*daemontest.Daemon
 }
 
-// startDaemon starts cellblockd in serviceCgroup, waits until it answers
+// startDaemon starts cellblockd in serviceCgroup, waits until it is ready
 // and checks that it took the v2 path: mode v2, itself in <own>/daemon,
 // the run controllers enabled for <own>/runs.
 func startDaemon(ctx context.Context, cfg Config, rep *reporter) (*daemonProc, string, error) {
@@ -55,54 +50,36 @@ func startDaemon(ctx context.Context, cfg Config, rep *reporter) (*daemonProc, s
 		return nil, "", err
 	}
 	defer cg.Close()
-	d := &daemonProc{logPath: filepath.Join(cfg.OutDir, daemonLogName), done: make(chan struct{})}
-	logf, err := os.Create(d.logPath)
+	t0 := time.Now()
+	dd, err := daemontest.Launch(daemontest.Config{
+		Binary:  cfg.Daemon,
+		Socket:  daemonSocket,
+		Args:    []string{"--state-dir", daemonState, "--python", cfg.Python, "--max-concurrent", "2"},
+		LogPath: filepath.Join(cfg.OutDir, daemonLogName),
+		// clone3(CLONE_INTO_CGROUP): the daemon is born in its cgroup, alone.
+		SysProcAttr: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())},
+	})
 	if err != nil {
 		return nil, "", err
 	}
-	defer logf.Close()
-	d.cmd = exec.Command(cfg.Daemon, "--socket", daemonSocket, "--state-dir", daemonState,
-		"--python", cfg.Python, "--log-format", "json", "--max-concurrent", "2")
-	d.cmd.Stdout = logf
-	d.cmd.Stderr = logf
-	// clone3(CLONE_INTO_CGROUP): the daemon is born in its cgroup, alone.
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	t0 := time.Now()
-	if err := d.cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start %s: %w", cfg.Daemon, err)
-	}
-	go func() { d.exitErr = d.cmd.Wait(); close(d.done) }()
-	d.client = client.New(daemonSocket)
-	rep.logf("daemon started (pid %d); waiting for it to build its rootfs and answer", d.cmd.Process.Pid)
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := d.client.Health(hctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		select {
-		case <-d.done:
-			return d, "", fmt.Errorf("cellblockd exited during start-up: %v; log: %s", d.exitErr, d.logTail())
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return d, "", fmt.Errorf("cellblockd did not answer within %v: %v; log: %s", startTimeout, err, d.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
+	d := &daemonProc{dd}
+	rep.logf("daemon started (pid %d); waiting for it to build its rootfs and say it is ready", d.Cmd.Process.Pid)
+	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	err = d.WaitReady(sctx)
+	cancel()
+	if err != nil {
+		return d, "", fmt.Errorf("within %v: %v; log: %s", startTimeout, err, d.logTail())
 	}
 	ready := time.Since(t0)
 
-	info, err := d.client.Info(ctx)
+	info, err := d.Client.Info(ctx)
 	if err != nil {
 		return d, "", fmt.Errorf("info: %w", err)
 	}
 	if info.CgroupMode != "v2" {
 		return d, "", fmt.Errorf("cellblockd reports cgroup mode %q, want v2", info.CgroupMode)
 	}
-	own, err := readTrim(fmt.Sprintf("/proc/%d/cgroup", d.cmd.Process.Pid))
+	own, err := readTrim(fmt.Sprintf("/proc/%d/cgroup", d.Cmd.Process.Pid))
 	if err != nil {
 		return d, "", err
 	}
@@ -138,7 +115,7 @@ func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func
 	if _, err := d.prestarted(rctx); err != nil {
 		return nil, err
 	}
-	res, err := d.client.RunStream(rctx, req, onOutput)
+	res, err := d.Client.RunStream(rctx, req, onOutput)
 	if err != nil {
 		return nil, fmt.Errorf("run: %w; log: %s", err, d.logTail())
 	}
@@ -155,7 +132,7 @@ func (d *daemonProc) run(ctx context.Context, req *api.RunRequest, onOutput func
 // returns their number.
 func (d *daemonProc) prestarted(ctx context.Context) (int, error) {
 	for {
-		info, err := d.client.Info(ctx)
+		info, err := d.Client.Info(ctx)
 		if err != nil {
 			return 0, fmt.Errorf("info: %w; log: %s", err, d.logTail())
 		}
@@ -170,44 +147,14 @@ func (d *daemonProc) prestarted(ctx context.Context) (int, error) {
 	}
 }
 
-// stop sends SIGTERM and waits up to grace for the daemon to exit.
-func (d *daemonProc) stop(grace time.Duration) error {
-	select {
-	case <-d.done:
-		return fmt.Errorf("cellblockd had already exited: %v", d.exitErr)
-	default:
-	}
-	if err := d.cmd.Process.Signal(unix.SIGTERM); err != nil {
-		return err
-	}
-	select {
-	case <-d.done:
-		return d.exitErr
-	case <-time.After(grace):
-		d.kill()
-		return fmt.Errorf("cellblockd did not exit within %v of SIGTERM", grace)
-	}
-}
+// stop sends SIGTERM and waits up to grace for the daemon to exit 0.
+func (d *daemonProc) stop(grace time.Duration) error { return d.Stop(grace) }
 
 // kill ends the daemon if it is still running.
-func (d *daemonProc) kill() {
-	select {
-	case <-d.done:
-	default:
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	}
-}
+func (d *daemonProc) kill() { d.Kill() }
 
 // logTail is the end of the daemon's log, for error messages.
-func (d *daemonProc) logTail() string {
-	b, _ := os.ReadFile(d.logPath)
-	const max = 1500
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return strings.TrimSpace(string(b))
-}
+func (d *daemonProc) logTail() string { return d.LogTail(1500) }
 
 // runDir returns the directory of the one run in flight.
 func runDir() (string, error) {
