@@ -45,7 +45,7 @@ func TestEtc(t *testing.T) {
 }
 
 func TestMountPoints(t *testing.T) {
-	if got := strings.Join(MountPoints, " "); got != "/tmp /work /dev /proc /.cellblock" {
+	if got := strings.Join(MountPoints, " "); got != "/tmp /work /dev /proc /.cellblock /usr/lib/cellblock" {
 		t.Errorf("MountPoints = %s", got)
 	}
 	for _, p := range append(MaskedPaths, ReadonlyPaths...) {
