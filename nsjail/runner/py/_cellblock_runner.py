@@ -1,0 +1,489 @@
+# cellblock's runner: started by the jail's init as
+#     python /usr/lib/cellblock/_cellblock_runner.py
+# it imports what a run needs, says "ready" on the channel whose descriptor
+# is in $CELLBLOCK_RUNNER_FD, waits for the run message, and runs the code in
+# this interpreter as `python FILE args` would (see PROTOCOL.md next to the
+# Go package that embeds this file).
+#
+# No docstring: the globals python gave this script are the model for the
+# program's fresh __main__, and must be taken before anything is defined.
+_INITIAL = list(globals().items())
+
+import sys  # noqa: E402
+import os  # noqa: E402
+
+ENV_FD = "CELLBLOCK_RUNNER_FD"
+ENV_RUN_FD = "CELLBLOCK_RUNNER_RUN_FD"
+PROTOCOL = 1
+MPL_BACKEND = "module://cellblock._mpl_backend"
+# The largest frame the daemon sends.
+MAX_IN_FRAME = 16 << 20
+
+
+def _import_cellblock():
+    # PYTHONPATH has our directory; a request's env may not, after a re-exec.
+    try:
+        import cellblock
+    except ImportError:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        try:
+            import cellblock
+        finally:
+            del sys.path[0]
+    from cellblock import _channel
+    return cellblock, _channel
+
+
+try:
+    import ast
+    import json
+    import time
+    import traceback
+
+    cellblock, _channel = _import_cellblock()
+except BaseException as e:  # an unusable interpreter: say so, briefly
+    sys.stderr.write("cellblock runner: cannot start: %s: %s\n" % (type(e).__name__, e))
+    raise SystemExit(2)
+
+
+def _fail(msg):
+    try:
+        sys.stderr.write("cellblock runner: %s\n" % msg)
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(2)
+
+
+def _read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        b = os.read(fd, min(n - len(buf), 1 << 20))
+        if not b:
+            return None
+        buf += b
+    return bytes(buf)
+
+
+def _recv_run(fd):
+    """The run message and its raw text; (None, None) at EOF or garbage."""
+    while True:
+        h = _read_exact(fd, 4)
+        if h is None:
+            return None, None
+        n = int.from_bytes(h, "big")
+        if n > MAX_IN_FRAME:
+            return None, None
+        raw = _read_exact(fd, n)
+        if raw is None:
+            return None, None
+        try:
+            msg = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            return None, None
+        if type(msg) is dict and msg.get("type") == "run":
+            return msg, raw
+        # Other types are for later versions: ignored.
+
+
+def _startup_vars(env):
+    """The variables python reads only when it starts."""
+    return {k: v for k, v in env.items()
+            if k.startswith("PYTHON") or k in ("LANG", "LC_ALL", "LC_CTYPE")}
+
+
+def _argv():
+    """This interpreter's own command line, to re-execute it."""
+    argv = getattr(sys, "orig_argv", None)
+    if argv:
+        return list(argv)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            parts = f.read().split(b"\0")[:-1]
+        if parts:
+            return [os.fsdecode(p) for p in parts]
+    except OSError:
+        pass
+    return [sys.executable, os.path.abspath(__file__)]
+
+
+def _reexec(fd, raw, env):
+    """Start this runner again in this process, with env as its environment
+    and the run message handed over in a memfd. Returns only on failure."""
+    mfd = -1
+    try:
+        mfd = os.memfd_create("cellblock-run", 0)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(mfd, view):]
+        os.lseek(mfd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        newenv = dict(env)
+        newenv[ENV_FD] = str(fd)
+        newenv[ENV_RUN_FD] = str(mfd)
+        os.execve(sys.executable, _argv(), newenv)
+    except Exception:
+        pass
+    try:
+        os.set_inheritable(fd, False)
+        if mfd >= 0:
+            os.close(mfd)
+    except OSError:
+        pass
+
+
+def _str_list(v):
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _str_dict(v):
+    return type(v) is dict and all(type(k) is str and type(x) is str for k, x in v.items())
+
+
+class _Run:
+    """What the module-level code needs to run the program and report on it."""
+
+    __slots__ = ("ch", "mode", "code", "expr", "filename", "globals", "exc", "limits")
+
+
+def _setup():
+    """Everything up to the moment the code runs: the channel, the run
+    message, the environment, the program's __main__. None when there is
+    no run (the channel closed)."""
+    try:
+        fd = int(os.environ.pop(ENV_FD))
+        os.set_inheritable(fd, False)
+        ch = _channel.Channel(fd)
+    except (KeyError, ValueError, OSError):
+        _fail("no channel: %s is not an open descriptor" % ENV_FD)
+    run_fd = os.environ.pop(ENV_RUN_FD, None)
+    startup_env = dict(os.environ)
+    try:
+        if run_fd is None:
+            ch.send({"type": "ready", "protocol": PROTOCOL, "python": sys.version.split()[0]})
+            msg, raw = _recv_run(fd)
+        else:
+            mfd = int(run_fd)
+            raw = _read_exact(mfd, os.fstat(mfd).st_size)
+            os.close(mfd)
+            msg = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):
+        msg = None
+    if msg is None:
+        return None
+
+    mode = msg.get("mode", "script")
+    code = msg.get("code")
+    argv0 = msg.get("argv0", "-c")
+    argv = msg.get("argv", [])
+    env = msg.get("env", startup_env)
+    inputs = msg.get("inputs", {})
+    if (mode not in ("script", "cell") or type(code) is not str or type(argv0) is not str
+            or not argv0 or not _str_list(argv) or not _str_dict(env) or type(inputs) is not dict):
+        _fail("malformed run message")
+    ch.set_limits(msg.get("limits"))
+
+    env = dict(env)
+    if "MPLBACKEND" not in env:
+        env["MPLBACKEND"] = MPL_BACKEND
+    if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
+        _reexec(fd, raw, env)
+    os.environ.clear()
+    for k, v in env.items():
+        try:
+            os.environ[k] = v
+        except (ValueError, OSError):
+            pass
+    time.tzset()
+
+    # A forked child must never write to the channel, nor keep it open.
+    def after_fork(_ch=ch, _fstat=os.fstat, _close=os.close):
+        _ch.dead = True
+        try:
+            st = _fstat(_ch.fd)
+            if (st.st_dev, st.st_ino) == _ch.ident:
+                _close(_ch.fd)
+        except Exception:
+            pass
+    os.register_at_fork(after_in_child=after_fork)
+    _channel.channel = ch
+
+    r = _Run()
+    r.ch = ch
+    r.mode = mode
+    r.exc = None
+    r.expr = None
+    r.limits = dict(ch.limits)
+
+    # What python does with its command line, for argv0 a path, -c or -.
+    if argv0 == "-c":
+        filename = "<string>"
+        source = code
+    elif argv0 == "-":
+        filename = "<stdin>"
+        source = code.encode("utf-8", "surrogateescape")
+    else:
+        filename = argv0
+        if sys.version_info >= (3, 9) and not os.path.isabs(argv0):
+            filename = os.path.join(os.getcwd(), argv0)
+        source = code.encode("utf-8", "surrogateescape")
+        try:
+            d = os.path.dirname(filename)
+            if d:
+                os.makedirs(d, exist_ok=True)
+            with open(filename, "wb") as f:
+                f.write(source)
+        except OSError:
+            pass
+    r.filename = filename
+    sys.argv = [argv0] + list(argv)
+    orig = getattr(sys, "orig_argv", None)
+    if orig:
+        here = os.path.abspath(__file__)
+        i = next((i for i, a in enumerate(orig) if a.endswith(".py") and os.path.abspath(a) == here), len(orig) - 1)
+        sys.orig_argv = orig[:i] + ([argv0, code] if argv0 == "-c" else [argv0]) + list(argv)
+    if not getattr(sys.flags, "safe_path", False) and not sys.flags.isolated and sys.path:
+        if argv0 in ("-c", "-"):
+            sys.path[0] = ""
+        else:
+            sys.path[0] = os.path.dirname(os.path.realpath(argv0))
+
+    loader = None
+    g = {}
+    for k, v in _INITIAL:
+        if k == "__loader__":
+            if argv0 in ("-c", "-"):
+                v = sys.modules["_frozen_importlib"].BuiltinImporter
+            else:
+                try:
+                    v = type(v)("__main__", filename)
+                except Exception:
+                    v = None
+            loader = v
+        elif k == "__file__":
+            if argv0 == "-c":
+                continue
+            v = filename
+        elif k == "__cached__":
+            if argv0 == "-c":
+                continue
+            v = None
+        elif k == "__doc__":
+            v = None
+        elif k == "__annotations__":
+            v = {}
+        g[k] = v
+    main = type(sys)("__main__")
+    main.__dict__.clear()
+    main.__dict__.update(g)
+    g = main.__dict__
+    if loader is None:
+        g.pop("__loader__", None)
+    for k, v in inputs.items():
+        if type(k) is str and k.isidentifier() and not (k.startswith("__") and k.endswith("__")):
+            g[k] = v
+    cellblock.inputs.clear()
+    cellblock.inputs.update(inputs)
+    sys.modules["__main__"] = main
+    r.globals = g
+
+    ch.send({"type": "started"})
+    try:
+        if mode == "cell":
+            tree = ast.parse(source, filename, "exec")
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = tree.body.pop()
+                r.expr = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
+            r.code = compile(tree, filename, "exec", dont_inherit=True)
+            if argv0 in ("-c", "-"):
+                import linecache
+                text = code
+                linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        else:
+            r.code = compile(source, filename, "exec", dont_inherit=True)
+            if argv0 == "-c":
+                # 3.13 shows -c's lines in tracebacks: python registers
+                # them by file name, as here.
+                import linecache
+                register = getattr(linecache, "_register_code", None)
+                if register is not None:
+                    register(filename, code, filename)
+    except BaseException as e:
+        r.code = None
+        r.exc = e
+    return r
+
+
+def _strip(tb, _g=globals()):
+    """tb without its leading frames of the runner."""
+    while tb is not None and tb.tb_frame.f_globals is _g:
+        tb = tb.tb_next
+    return tb
+
+
+def _exit_code(exc):
+    """The status python exits with for exc uncaught (None: 0)."""
+    if exc is None:
+        return 0
+    if isinstance(exc, SystemExit):
+        try:
+            code = exc.code
+        except Exception:
+            return 1
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            try:
+                return int(code) & 0xFF if -(1 << 63) <= code < (1 << 63) else 255
+            except Exception:
+                return 255
+        return 1
+    if isinstance(exc, KeyboardInterrupt):
+        return 128 + 2
+    return 1
+
+
+def _report(r, value, has_value, _dumps=json.dumps, _format=traceback.format_exception):
+    """Send what the run left: figures, the value, the exception, done.
+    Quiet: nothing here may raise into the program's last moments."""
+    ch = r.ch
+    lim = r.limits
+    exc = r.exc
+    try:
+        mpl = sys.modules.get("cellblock._mpl_backend")
+        if mpl is not None:
+            mpl.flush()
+    except Exception:
+        pass
+    if has_value and value is not None:
+        try:
+            data, dropped, _ = _channel.bundle(value, lim)
+            j = _channel.json_text(value, lim["json_bytes"])
+            text = '{"type":"value","value":{"type":%s,"repr":%s%s}}' % (
+                _dumps(_channel.type_name(type(value))),
+                _dumps(_channel.safe_repr(value, lim["repr_bytes"]), ensure_ascii=False),
+                "" if j is None else ',"json":' + j)
+            ch.send_raw(text)
+            if len(data) > 1 or dropped:
+                ch.send_item(data, dropped)
+        except Exception:
+            pass
+    if exc is not None and not isinstance(exc, SystemExit):
+        try:
+            t = type(exc)
+            tb = exc.__traceback__
+            line = None
+            e = tb
+            while e is not None:
+                if e.tb_frame.f_code.co_filename == r.filename:
+                    line = e.tb_lineno
+                e = e.tb_next
+            if line is None and isinstance(exc, SyntaxError) and exc.filename == r.filename:
+                line = exc.lineno if type(exc.lineno) is int else None
+            try:
+                tbtext = "".join(_format(t, exc, tb))
+            except Exception:
+                tbtext = ""
+            try:
+                msg = str(exc)
+            except Exception:
+                msg = "<exception str() failed>"
+            ch.send({"type": "exception", "exception": {
+                "type": _channel.type_name(t),
+                "message": _channel.cap_text(msg, lim["message_bytes"]),
+                "traceback": _channel.cap_text(tbtext, lim["traceback_bytes"], head=False),
+                "line": line}})
+        except Exception:
+            pass
+    try:
+        done = {"type": "done", "exit_code": _exit_code(exc)}
+        if ch.dropped:
+            done["display_dropped"] = ch.dropped
+        ch.send(done)
+    except Exception:
+        pass
+
+
+def _excepthook_for(r, hook):
+    """A sys.excepthook that takes the runner's frame off the traceback
+    python is about to print, then puts the program's hook back and calls
+    it, as python would have for the program's own uncaught exception."""
+    missing = hook is _hook_missing
+
+    def _cellblock_excepthook(t, v, tb):
+        if missing:
+            try:
+                del sys.excepthook
+            except AttributeError:
+                pass
+        else:
+            sys.excepthook = hook
+        tb = _strip(tb)
+        try:
+            v.__traceback__ = tb
+            sys.last_traceback = tb
+        except Exception:
+            pass
+        try:
+            if missing:
+                sys.stderr.write("sys.excepthook is missing\n")
+                sys.__excepthook__(t, v, tb)
+            else:
+                try:
+                    hook(t, v, tb)
+                except SystemExit:
+                    raise
+                except BaseException as e2:
+                    tb2 = e2.__traceback__
+                    if tb2 is not None and tb2.tb_frame.f_code is _cellblock_excepthook.__code__:
+                        tb2 = tb2.tb_next
+                    try:
+                        e2.__traceback__ = tb2
+                    except Exception:
+                        pass
+                    try:
+                        sys.stdout.flush()
+                    except Exception:
+                        pass
+                    try:
+                        sys.stderr.write("Error in sys.excepthook:\n")
+                        sys.__excepthook__(type(e2), e2, tb2)
+                        sys.stderr.write("\nOriginal exception was:\n")
+                        sys.__excepthook__(t, v, tb)
+                    except Exception:
+                        pass
+        finally:
+            r.globals.pop("__file__", None)
+            r.globals.pop("__cached__", None)
+
+    return _cellblock_excepthook
+
+
+_hook_missing = object()
+
+
+if __name__ == "__main__":
+    _r = _setup()
+    if _r is None:
+        raise SystemExit(0)
+    _value, _has_value = None, False
+    if _r.code is not None:
+        try:
+            exec(_r.code, _r.globals)  # the program
+            if _r.expr is not None:
+                _value, _has_value = eval(_r.expr, _r.globals), True  # a cell's last expression
+        except BaseException as _e:
+            _r.exc = _e
+            _e = None
+    if _r.exc is not None:
+        _r.exc.__traceback__ = _strip(_r.exc.__traceback__)
+    _report(_r, _value, _has_value)
+    _value = None
+    if _r.exc is None:
+        _r.globals.pop("__file__", None)
+        _r.globals.pop("__cached__", None)
+    else:
+        if not isinstance(_r.exc, SystemExit):
+            sys.excepthook = _excepthook_for(_r, getattr(sys, "excepthook", _hook_missing))
+        _e, _r.exc = _r.exc, None
+        raise _e
