@@ -173,8 +173,13 @@ import os
 pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 print(pids)
 print(open("/proc/1/cmdline","rb").read().split(b"\0")[0].decode())
-print(open("/proc/1/environ","rb").read().decode(errors="replace"))
+print(open("/proc/self/environ","rb").read().decode(errors="replace"))
 print(os.uname().nodename)
+try:
+    open("/proc/1/environ","rb").read()
+    print("init environ readable")
+except PermissionError:
+    print("init environ refused")
 `})
 	lines := strings.Split(res.Stdout, "\n")
 	var pids []int
@@ -190,6 +195,11 @@ print(os.uname().nodename)
 	}
 	if lines[3] != "cellblock" {
 		t.Errorf("hostname %q", lines[3])
+	}
+	// The init is not dumpable: its environment is not the program's to
+	// read (see TestInitIsNotReachableThroughProc).
+	if lines[4] != "init environ refused" {
+		t.Errorf("/proc/1/environ: %q", lines[4])
 	}
 }
 
