@@ -391,21 +391,53 @@ func jailProcesses() []string {
 const prestartPrefix = "pre-"
 
 // idleInit reports whether pid is the init of a prestarted jail that is
-// still waiting for its program: cellblock-init (comm "init") without
-// children. Whatever a run started is a child of its init, or the init is
-// gone.
+// still waiting for its program: cellblock-init (comm "init") that still
+// holds its launch socket (descriptor 3, closed once the program is
+// handed over), whose only child, if any, is the runner it started with
+// the jail, with no children of its own.
 func idleInit(pid string) bool {
 	comm, err := os.ReadFile("/proc/" + pid + "/comm")
 	if err != nil || strings.TrimSpace(string(comm)) != "init" {
 		return false
 	}
+	if _, err := os.Stat("/proc/" + pid + "/fd/3"); err != nil {
+		return false
+	}
+	kids := children(pid)
+	return len(kids) == 0 || len(kids) == 1 && idleRunner(kids[0])
+}
+
+// idleRunner reports whether pid is a runner (the jail's Python running
+// cellblock's runner) that has started nothing.
+func idleRunner(pid string) bool {
+	cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	return err == nil && strings.Contains(string(cmdline), "_cellblock_runner.py") && len(children(pid)) == 0
+}
+
+// children are the pids of pid's children, all threads' together.
+func children(pid string) []string {
+	var kids []string
 	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
 	for _, t := range tasks {
-		if c, _ := os.ReadFile(t); strings.TrimSpace(string(c)) != "" {
-			return false
-		}
+		c, _ := os.ReadFile(t)
+		kids = append(kids, strings.Fields(string(c))...)
 	}
-	return len(tasks) > 0
+	return kids
+}
+
+// idleJailMember reports whether pid belongs to a prestarted jail that
+// waits for a run: its idle init, or the runner of one.
+func idleJailMember(pid string) bool {
+	if idleInit(pid) {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	// The parent's pid is the 4th field, after the command in parentheses.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(fields) > 1 && idleRunner(pid) && idleInit(fields[1])
 }
 
 // ourJailProcesses is jailProcesses limited to those in a cgroup of one
@@ -438,13 +470,14 @@ func inCgroup(p string, match func(name string) bool) bool {
 	return false
 }
 
-// runProcesses is jailProcesses without the inits of prestarted jails
-// that wait for a run: what runs left behind while their daemon lives.
+// runProcesses is jailProcesses without the processes of prestarted
+// jails that wait for a run: what runs left behind while their daemon
+// lives.
 func runProcesses() []string {
 	var found []string
 	for _, p := range jailProcesses() {
 		pid, _, _ := strings.Cut(p, "(")
-		if !idleInit(pid) {
+		if !idleJailMember(pid) {
 			found = append(found, p)
 		}
 	}
@@ -452,7 +485,7 @@ func runProcesses() []string {
 }
 
 // runCgroups is leftoverCgroups without the cgroups of prestarted jails
-// that wait for a run (holding nothing but their idle init).
+// that wait for a run (holding nothing but their idle init and runner).
 func runCgroups() []string {
 	var found []string
 	for _, p := range leftoverCgroups() {
@@ -464,14 +497,22 @@ func runCgroups() []string {
 }
 
 // idleJailCgroup reports whether dir is a prestarted jail's cgroup holding
-// nothing but its idle init.
+// nothing but its idle init and its runner.
 func idleJailCgroup(dir string) bool {
 	if !strings.HasPrefix(filepath.Base(dir), prestartPrefix) {
 		return false
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	pids := strings.Fields(string(b))
-	return err == nil && len(pids) == 1 && idleInit(pids[0])
+	if err != nil || len(pids) == 0 || len(pids) > 2 {
+		return false
+	}
+	for _, p := range pids {
+		if !idleJailMember(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // mountCount is the number of mounts in the test's mount namespace.

@@ -112,6 +112,13 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 		// 5. Seccomp: the allowlist, loaded last.
 		Seccomp: r.seccomp,
 	}
+	if r.runnerLib != "" {
+		// The runner and the cellblock package, in every jail.
+		cfg.Mounts = append(cfg.Mounts, &configs.Mount{
+			Source: r.runnerLib, Device: "bind", Destination: layout.RunnerDir,
+			Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV,
+		})
+	}
 	for _, m := range s.Mounts {
 		flags := unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 		if m.Writable {

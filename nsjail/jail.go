@@ -17,6 +17,7 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
 	"github.com/cellblock/cellblock/nsjail/layout"
+	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
 // ErrNotLaunched wraps a Prepare or Launch error that happened before the
@@ -49,6 +50,7 @@ type Jail struct {
 	container *libcontainer.Container
 	proc      *libcontainer.Process
 	ctl       *os.File // our end of the init's descriptor 3
+	rch       *os.File // our end of the runner's channel; nil without one
 	stdoutR   *os.File
 	stderrR   *os.File
 	exited    chan struct{}    // closed when the init has exited
@@ -130,6 +132,18 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		return nil, fmt.Errorf("jail %s: launch socket: %w", id, err)
 	}
 	closers = append(closers, ctlInit, ctl)
+	extra := []*os.File{ctlInit}
+	var rchInit, rch *os.File
+	if spec.Runner != nil {
+		if r.runnerLib == "" {
+			return nil, fmt.Errorf("%w: jail %s: a runner jail needs the runner's files (RunnerConfig.RunnerLib)", ErrInvalidSpec, id)
+		}
+		if rchInit, rch, err = socketpair(); err != nil {
+			return nil, fmt.Errorf("jail %s: runner channel: %w", id, err)
+		}
+		closers = append(closers, rchInit, rch)
+		extra = append(extra, rchInit)
+	}
 	stdoutR, stdoutW, err := pipe("stdout")
 	if err != nil {
 		return nil, err
@@ -141,15 +155,21 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 	}
 	closers = append(closers, stderrR, stderrW)
 
+	env := []string{"PATH=/usr/bin:/bin"}
+	if spec.Runner != nil {
+		// The init passes its environment on to the runner, which starts
+		// now: the jail's own, with the defaults for the rest.
+		env = spec.environ()
+	}
 	j.proc = &libcontainer.Process{
-		Args:       []string{layout.Init},
-		Env:        []string{"PATH=/usr/bin:/bin"},
+		Args:       spec.initArgs(),
+		Env:        env,
 		UID:        r.uid,
 		GID:        r.gid,
 		Cwd:        layout.Work,
 		Stdout:     stdoutW,
 		Stderr:     stderrW,
-		ExtraFiles: []*os.File{ctlInit},
+		ExtraFiles: extra,
 		Init:       true,
 		LogLevel:   "4", // warnings and errors from libcontainer's init
 	}
@@ -164,7 +184,10 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 	j.start = time.Since(t1)
 	// The jail holds its ends now; keep ours.
 	closers = []*os.File{ctlInit, stdoutW, stderrW}
-	j.ctl, j.stdoutR, j.stderrR = ctl, stdoutR, stderrR
+	if rchInit != nil {
+		closers = append(closers, rchInit)
+	}
+	j.ctl, j.rch, j.stdoutR, j.stderrR = ctl, rch, stdoutR, stderrR
 	j.exited = make(chan struct{})
 	go func() {
 		j.state, _ = j.proc.Wait()
@@ -214,6 +237,9 @@ func (j *Jail) kill() error {
 
 func (j *Jail) discard() error {
 	j.ctl.Close() // the init exits on its own (ExitNotLaunched)
+	if j.rch != nil {
+		j.rch.Close()
+	}
 	_ = j.kill()
 	j.stdoutR.Close()
 	j.stderrR.Close()
@@ -271,6 +297,9 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	// The drains own the read ends from here.
 	defer j.stdoutR.Close()
 	defer j.stderrR.Close()
+	if j.rch != nil {
+		defer j.rch.Close()
+	}
 
 	start, err := j.handOver(spec)
 	if err != nil {
@@ -283,9 +312,64 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		out.Phases.Start += j.start
 	}
 	streams := j.drain(spec.Limits.OutputBytes, onOutput)
+	reports := j.listen(spec, start)
 	j.supervise(ctx, spec, start, out)
 	j.collect(spec, streams, out)
+	out.Runner, out.Phases.Handover = j.heard(spec, reports)
 	return out, nil
+}
+
+// report is what the runner reported, and when it said it started the
+// code, counted from the init's answer.
+type report struct {
+	res      runner.Result
+	handover time.Duration
+}
+
+// listen sends the runner its program and collects what it reports until
+// its channel closes, which it does at the latest when the jail's pid
+// namespace is gone. It returns nil for a jail without a runner.
+func (j *Jail) listen(spec *Spec, start time.Time) <-chan report {
+	if j.rch == nil || spec.Runner == nil {
+		return nil
+	}
+	reports := make(chan report, 1)
+	go func() {
+		var rep report
+		c := runner.NewCollector(spec.Runner.Limits)
+		c.OnStarted = func() { rep.handover = time.Since(start) }
+		// The socket is non-blocking for deadlines; the write may wait
+		// for the runner to read, which it does as soon as it is ready.
+		_ = j.rch.SetWriteDeadline(time.Now().Add(launchTimeout))
+		if err := runner.WriteRun(j.rch, spec.runMessage()); err != nil {
+			j.r.log.Warn("send the runner its program", "run", spec.ID, "jail", j.id, "err", err)
+		}
+		if err := c.Collect(j.rch); err != nil {
+			j.r.log.Debug("runner channel", "run", spec.ID, "jail", j.id, "err", err)
+		}
+		rep.res = c.Result()
+		reports <- rep
+	}()
+	return reports
+}
+
+// heard waits for what the runner reported. The run is over, so its
+// channel is closing; bound the wait anyway, as collect does for output.
+func (j *Jail) heard(spec *Spec, reports <-chan report) (*runner.Result, time.Duration) {
+	if reports == nil {
+		return nil, 0
+	}
+	var rep report
+	select {
+	case rep = <-reports:
+	case <-time.After(5 * time.Second):
+		j.rch.Close()
+		rep = <-reports
+	}
+	for _, n := range rep.res.Notes {
+		j.r.log.Debug("runner report", "run", spec.ID, "jail", j.id, "note", n)
+	}
+	return &rep.res, rep.handover
 }
 
 // handOver gives spec's program to the init and returns when it started.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/layout"
+	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
 // Runner carries out runs. It is safe for concurrent use.
@@ -25,6 +26,7 @@ type Runner struct {
 	cgroups    *cgroup.Root
 	seccomp    *configs.Seccomp
 	userns     *IDMap // nil: no user namespace
+	runnerLib  string // host directory of the runner's files; "" for none
 	uid, gid   int    // the program's identity in the jail
 	log        *slog.Logger
 }
@@ -42,7 +44,11 @@ type RunnerConfig struct {
 	// UserNS maps the jail's ids onto host ids that own nothing; nil runs
 	// without a user namespace, as the host's nobody (layout.Nobody).
 	UserNS *IDMap
-	Log    *slog.Logger
+	// RunnerLib is the host directory holding the runner's files
+	// (runner.WriteFiles), mounted read-only at layout.RunnerDir in every
+	// jail. Specs with a Runner need it.
+	RunnerLib string
+	Log       *slog.Logger
 }
 
 // NewRunner checks cfg and prepares the state root.
@@ -73,6 +79,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cgroups:    cfg.Cgroups,
 		seccomp:    cfg.Seccomp,
 		userns:     cfg.UserNS,
+		runnerLib:  cfg.RunnerLib,
 		uid:        layout.UID,
 		gid:        layout.GID,
 		log:        log,
@@ -129,8 +136,12 @@ type Phases struct {
 	// is then zero and Start only the launch.
 	Prestarted bool
 	Program    time.Duration // the program ran (wall clock)
-	Collect    time.Duration // output drained, statistics read
-	Teardown   time.Duration // cgroup and container removed
+	// Handover is the part of Program from the init's answer until the
+	// runner said it started the code: sending it the program, and a
+	// re-exec when the request's environment needs one.
+	Handover time.Duration
+	Collect  time.Duration // output drained, statistics read
+	Teardown time.Duration // cgroup and container removed
 }
 
 // Outcome is what a run produced.
@@ -146,6 +157,9 @@ type Outcome struct {
 	CPUTime         time.Duration
 	MemoryPeak      int64
 	Phases          Phases
+	// Runner is what the runner reported (validated, untrusted); nil for
+	// a run without it, or when nothing came.
+	Runner *runner.Result
 }
 
 // OutputFunc receives output chunks while the program runs. It is called

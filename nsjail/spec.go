@@ -15,6 +15,7 @@
 package nsjail
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -25,6 +26,7 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/jailinit"
 	"github.com/cellblock/cellblock/nsjail/layout"
+	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
 // Limits are the resource limits of one run; all must be set.
@@ -77,6 +79,22 @@ type Spec struct {
 	// one with only loopback. Only build jails that must reach a package
 	// index set it; runs never do.
 	HostNetwork bool
+	// Runner, when set, carries the program out through the runner (package
+	// runner): an interpreter the jail's init starts with the jail, which
+	// gets the program over its own channel and reports values, exceptions
+	// and rich output. Nil starts Python on the script at launch (build
+	// jails, which need none of that).
+	Runner *RunnerSpec
+}
+
+// RunnerSpec is what a run through the runner adds to a Spec.
+type RunnerSpec struct {
+	// Mode is runner.ModeScript or ModeCell (PROTOCOL.md).
+	Mode string
+	// Inputs are bound as the program's globals before it runs.
+	Inputs map[string]json.RawMessage
+	// Limits cap what the runner may send back.
+	Limits runner.Limits
 }
 
 // ErrInvalidSpec is wrapped by every Validate error.
@@ -98,6 +116,11 @@ func (s *Spec) Validate() error {
 	}
 	if s.ScriptName == "" || strings.ContainsAny(s.ScriptName, "/\x00") || strings.HasPrefix(s.ScriptName, ".") {
 		return bad("script name %q is not a plain file name", s.ScriptName)
+	}
+	if s.Runner != nil {
+		if err := s.Runner.Limits.Validate(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	for _, m := range s.Mounts {
 		if !path.IsAbs(m.Source) || !path.IsAbs(m.Destination) || path.Clean(m.Destination) != m.Destination || m.Destination == "/" {
@@ -150,6 +173,9 @@ func (s *Spec) environ() []string {
 		"TMPDIR":                  layout.Tmp,
 		"PYTHONDONTWRITEBYTECODE": "1",
 		"PYTHONUNBUFFERED":        "1",
+		// import cellblock, in the program and every Python it starts
+		// (the runner's directory is mounted in every jail).
+		"PYTHONPATH": layout.RunnerDir,
 		// Thread pools sized to the CPU quota, not the host's cores.
 		"OMP_NUM_THREADS":        n,
 		"OPENBLAS_NUM_THREADS":   n,
@@ -173,13 +199,45 @@ func (s *Spec) environ() []string {
 }
 
 // launch is the message that starts the program in a jail: the script,
-// the interpreter's command line and the whole environment.
+// the interpreter's command line and the whole environment; only the
+// standard input through the runner, which gets the rest (runMessage).
 func (s *Spec) launch() *jailinit.Launch {
+	if s.Runner != nil {
+		return &jailinit.Launch{Stdin: s.Stdin}
+	}
 	script := path.Join(layout.Work, s.ScriptName)
 	argv := append([]string{s.Python}, s.PythonArgs...)
 	argv = append(argv, script)
 	argv = append(argv, s.Args...)
 	return &jailinit.Launch{ScriptPath: script, Script: s.Script, Argv: argv, Env: s.environ(), Stdin: s.Stdin}
+}
+
+// runMessage is the program as the runner gets it.
+func (s *Spec) runMessage() runner.Run {
+	env := make(map[string]string)
+	for _, kv := range s.environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return runner.Run{
+		Mode:      s.Runner.Mode,
+		Code:      string(s.Script),
+		Argv0:     path.Join(layout.Work, s.ScriptName),
+		Argv:      s.Args,
+		Env:       env,
+		Inputs:    s.Runner.Inputs,
+		Limits:    s.Runner.Limits,
+		StdinNull: s.Stdin == nil,
+	}
+}
+
+// initArgs is the jail's init's command line: in a runner jail, the
+// runner's, which the init starts with the jail.
+func (s *Spec) initArgs() []string {
+	if s.Runner == nil {
+		return []string{layout.Init}
+	}
+	return []string{layout.Init, jailinit.RunnerFlag, s.Python, layout.RunnerScript}
 }
 
 // sameJail reports whether a jail built for s can carry out o: everything
@@ -191,7 +249,9 @@ func (s *Spec) sameJail(o *Spec) bool {
 		slices.Equal(s.Mounts, o.Mounts) &&
 		s.Limits.TmpBytes == o.Limits.TmpBytes &&
 		s.Limits.OpenFiles == o.Limits.OpenFiles &&
-		s.HostNetwork == o.HostNetwork
+		s.HostNetwork == o.HostNetwork &&
+		(s.Runner == nil) == (o.Runner == nil) &&
+		(s.Runner == nil || s.Python == o.Python)
 }
 
 // cgroupLimits are the limits of the run's cgroup.

@@ -121,10 +121,14 @@ type Result struct {
 
 // Phases breaks a run's time down, in microseconds.
 type Phases struct {
-	QueueUs    int64 `json:"queue_us"`
-	CreateUs   int64 `json:"create_us"`
-	StartUs    int64 `json:"start_us"`
-	ProgramUs  int64 `json:"program_us"`
+	QueueUs   int64 `json:"queue_us"`
+	CreateUs  int64 `json:"create_us"`
+	StartUs   int64 `json:"start_us"`
+	ProgramUs int64 `json:"program_us"`
+	// HandoverUs is the part of ProgramUs before the code ran: the program
+	// handed to the interpreter that was already up in the jail (and, for
+	// a request whose environment changes how Python starts, its restart).
+	HandoverUs int64 `json:"handover_us,omitempty"`
 	CollectUs  int64 `json:"collect_us"`
 	TeardownUs int64 `json:"teardown_us"`
 	// EnvUs is the time to get the run's dependency environment: a few

@@ -52,6 +52,13 @@ const (
 const (
 	// DefaultEnvCacheSize is the disk budget of all cached environments.
 	DefaultEnvCacheSize = 2 << 30
+	// DefaultDisplayItemBytes and DefaultDisplayTotalBytes cap a run's
+	// rich output: one display item (a plot) and all of them together.
+	DefaultDisplayItemBytes  = 1 << 20
+	DefaultDisplayTotalBytes = 8 << 20
+	// MaxDisplayTotalBytes is the most an operator may allow a run's rich
+	// output to take, as the daemon holds it in memory.
+	MaxDisplayTotalBytes = 256 << 20
 	// DefaultEnvBuildTimeout bounds one environment build.
 	DefaultEnvBuildTimeout = 10 * time.Minute
 	// DefaultEnvBuildMemory is a build jail's memory limit; its /tmp holds
@@ -116,6 +123,11 @@ type Config struct {
 	// environments in bytes; beyond it the least recently used ones that
 	// no run holds are deleted. 0 keeps none once its runs end.
 	EnvCacheSize int64
+	// DisplayItemBytes caps one display item of a run (all its MIME types
+	// together); DisplayTotalBytes all of a run's display items. An item
+	// over the cap keeps only its text/plain, with a note.
+	DisplayItemBytes  int64
+	DisplayTotalBytes int64
 	// AllowSdist lets environment builds build source distributions,
 	// which runs package code in the build jail; by default only wheels
 	// are installed.
@@ -153,9 +165,11 @@ func Default() Config {
 		ShutdownGrace: DefaultShutdownGrace,
 		LogFormat:     "auto",
 
-		EnvCacheSize:    DefaultEnvCacheSize,
-		EnvBuildTimeout: DefaultEnvBuildTimeout,
-		EnvBuildMemory:  DefaultEnvBuildMemory,
+		EnvCacheSize:      DefaultEnvCacheSize,
+		DisplayItemBytes:  DefaultDisplayItemBytes,
+		DisplayTotalBytes: DefaultDisplayTotalBytes,
+		EnvBuildTimeout:   DefaultEnvBuildTimeout,
+		EnvBuildMemory:    DefaultEnvBuildMemory,
 
 		AuditLogMaxBytes: DefaultAuditLogMaxBytes,
 		AuditLogKeep:     DefaultAuditLogKeep,
@@ -229,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NoIndex && c.IndexURL != "" {
 		errs = append(errs, errors.New("--no-index and --index-url exclude each other"))
+	}
+	if c.DisplayItemBytes < 1<<10 || c.DisplayTotalBytes < c.DisplayItemBytes || c.DisplayTotalBytes > MaxDisplayTotalBytes {
+		errs = append(errs, fmt.Errorf("--display-item-bytes %d and --display-total-bytes %d: want 1 KiB <= item <= total <= %d", c.DisplayItemBytes, c.DisplayTotalBytes, int64(MaxDisplayTotalBytes)))
 	}
 	if c.EnvCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--env-cache-size %d must not be negative", c.EnvCacheSize))

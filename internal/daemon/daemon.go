@@ -10,10 +10,13 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -33,6 +36,7 @@ import (
 	"github.com/cellblock/cellblock/internal/runs"
 	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
+	runnerfiles "github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/rootfs"
 	"github.com/cellblock/cellblock/rootfs/envs"
 	"github.com/cellblock/cellblock/seccomp"
@@ -177,7 +181,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
 	}
 
-	runner, err := newRunner(cfg, cgRoot, initBinary, log)
+	runnerLib, err := installRunner(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	runner, err := newRunner(cfg, cgRoot, initBinary, runnerLib, log)
 	if err != nil {
 		return err
 	}
@@ -191,7 +199,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		fallback = func() (*nsjail.Runner, error) {
 			noUserNS := cfg
 			noUserNS.UserNS = "off"
-			return newRunner(noUserNS, cgRoot, initBinary, log)
+			return newRunner(noUserNS, cgRoot, initBinary, runnerLib, log)
 		}
 	}
 	runner, err = runs.Probe(ctx, runner, py, fallback, log)
@@ -227,6 +235,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		Defaults:  cfg.Defaults,
 		Prestart:  cfg.Prestart,
 		OpenFiles: config.DefaultOpenFiles,
+		Reports:   reportLimits(cfg),
 		Log:       log,
 	}, py)
 	if err != nil {
@@ -310,7 +319,7 @@ func ensureDefault(ctx context.Context, store *rootfs.Store, python string, log 
 	return py, nil
 }
 
-func newRunner(cfg config.Config, cgRoot *cgroup.Root, initBinary string, log *slog.Logger) (*nsjail.Runner, error) {
+func newRunner(cfg config.Config, cgRoot *cgroup.Root, initBinary, runnerLib string, log *slog.Logger) (*nsjail.Runner, error) {
 	var userns *nsjail.IDMap
 	if cfg.UserNS != "off" {
 		if usernsAvailable() {
@@ -325,6 +334,7 @@ func newRunner(cfg config.Config, cgRoot *cgroup.Root, initBinary string, log *s
 		Cgroups:    cgRoot,
 		Seccomp:    seccomp.Config(),
 		UserNS:     userns,
+		RunnerLib:  runnerLib,
 		Log:        log,
 	})
 }
@@ -355,4 +365,70 @@ func lockStateDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("state dir lock: %w", err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// installRunner puts the runner's files (package runner) under the state
+// directory, read-only, in a directory named by their hash, and returns
+// it: a daemon of another version finds its own files, and a run never
+// sees a half-written one. Directories of other versions are removed.
+func installRunner(stateDir string) (string, error) {
+	h := sha256.New()
+	files := runnerfiles.Files()
+	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d\n", p, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	parent := filepath.Join(stateDir, "runner")
+	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:16])
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if entries, err := os.ReadDir(parent); err == nil {
+		for _, e := range entries {
+			if p := filepath.Join(parent, e.Name()); p != dir {
+				rootfs.RemoveTree(p)
+			}
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(parent, ".new-")
+	if err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if err := runnerfiles.WriteFiles(tmp); err != nil {
+		rootfs.RemoveTree(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		rootfs.RemoveTree(tmp)
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	return dir, nil
+}
+
+// reportLimits caps what a run's runner may send back, from the
+// operator's display flags and the runner's defaults for the rest. A frame
+// must carry the largest item with all its JSON escaping.
+func reportLimits(cfg config.Config) runnerfiles.Limits {
+	l := runnerfiles.DefaultLimits()
+	l.DisplayItemBytes = int(cfg.DisplayItemBytes)
+	l.DisplayTotalBytes = int(cfg.DisplayTotalBytes)
+	l.FrameBytes = max(l.FrameBytes, int(min(cfg.DisplayItemBytes*6+1<<20, 1<<30)))
+	return l
 }

@@ -113,6 +113,8 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.StringVar(&cfg.IndexURL, "index-url", cfg.IndexURL, "package index for dependencies")
 	fs.Var(findLinks, "find-links", "directory of wheels for dependencies (repeatable)")
 	fs.BoolVar(&cfg.NoIndex, "no-index", cfg.NoIndex, "use only --find-links, never an index")
+	fs.Var(size{&cfg.DisplayItemBytes}, "display-item-bytes", "cap on one rich output item of a run (a plot, an HTML table); over it, the item keeps only its text (default 1M)")
+	fs.Var(size{&cfg.DisplayTotalBytes}, "display-total-bytes", "cap on all rich output of one run together (default 8M)")
 	fs.Var(size{&cfg.EnvCacheSize}, "env-cache-size", "disk budget of cached dependency environments; least recently used ones beyond it are deleted (default 2G)")
 	fs.BoolVar(&cfg.AllowSdist, "allow-sdist", cfg.AllowSdist, "let dependency builds build source distributions, which runs package code in the build jail (default: wheels only)")
 	fs.DurationVar(&cfg.EnvBuildTimeout, "env-build-timeout", cfg.EnvBuildTimeout, "time limit of one dependency environment build")

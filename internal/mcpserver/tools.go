@@ -382,6 +382,7 @@ func resultSchema() map[string]any {
 					"create_us":   typed("integer", "creating the cgroup and the container (0 for a prestarted jail)"),
 					"start_us":    typed("integer", "namespaces, mounts, seccomp and launch (only the launch for a prestarted jail)"),
 					"program_us":  typed("integer", "the program running (wall clock)"),
+					"handover_us": typed("integer", "the part of program_us before the code ran: handing it to the interpreter already running in the jail"),
 					"collect_us":  typed("integer", "draining the output and reading the statistics"),
 					"teardown_us": typed("integer", "removing the cgroup and the container"),
 					"env_us":      typed("integer", "getting the dependency environment: a few microseconds for a cached one, the whole build otherwise"),

@@ -19,6 +19,7 @@ import (
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/layout"
+	"github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/rootfs"
 )
 
@@ -40,7 +41,10 @@ type Config struct {
 	Prestart int
 	// OpenFiles is every run's RLIMIT_NOFILE.
 	OpenFiles uint64
-	Log       *slog.Logger
+	// Reports caps what a run's runner may send back: display items,
+	// reprs, tracebacks (the operator's --display-* flags).
+	Reports runner.Limits
+	Log     *slog.Logger
 }
 
 // Executor turns validated requests into jail specs and outcomes into
@@ -84,11 +88,6 @@ func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
 // Execute implements server.Executor.
 func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
-	// Until the in-jail runner is wired in, say so rather than run a cell
-	// as a script.
-	if req.Mode == api.ModeCell || len(req.Inputs) > 0 {
-		return nil, api.Errorf(api.ErrBadRequest, "mode", "cell mode and inputs need the in-jail runner, which this build of cellblockd does not have yet")
-	}
 	// The interpreter (the request's, else the script's requires-python)
 	// and the dependency environment, built on a miss.
 	py, env, err := e.deps.Resolve(ctx, e.store, req)
@@ -102,6 +101,7 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		return nil, err
 	}
 	res := resultOf(out)
+	reportsOf(out.Runner, res)
 	res.Python = py.Version
 	res.Limits = &l
 	res.Environment = env.Result()
@@ -150,10 +150,28 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 			CreateUs:   out.Phases.Create.Microseconds(),
 			StartUs:    out.Phases.Start.Microseconds(),
 			ProgramUs:  out.Phases.Program.Microseconds(),
+			HandoverUs: out.Phases.Handover.Microseconds(),
 			CollectUs:  out.Phases.Collect.Microseconds(),
 			TeardownUs: out.Phases.Teardown.Microseconds(),
 			Prestarted: out.Phases.Prestarted,
 		},
+	}
+}
+
+// reportsOf copies what the runner reported into res: the contract's
+// value, exception and display, all validated by the runner package.
+func reportsOf(r *runner.Result, res *api.Result) {
+	if r == nil {
+		return
+	}
+	if v := r.Value; v != nil {
+		res.Value = &api.Value{Type: v.Type, Repr: v.Repr, JSON: v.JSON}
+	}
+	if x := r.Exception; x != nil {
+		res.Exception = &api.Exception{Type: x.Type, Message: x.Message, Traceback: x.Traceback, Line: x.Line}
+	}
+	for _, it := range r.Display {
+		res.Display = append(res.Display, api.DisplayItem{Data: it.Data, Metadata: it.Metadata})
 	}
 }
 
@@ -177,6 +195,10 @@ func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 			OpenFiles:   e.cfg.OpenFiles,
 		},
 		Mounts: mounts,
+		Runner: &nsjail.RunnerSpec{Mode: req.Mode, Inputs: req.Inputs, Limits: e.cfg.Reports},
+	}
+	if spec.Runner.Mode == "" {
+		spec.Runner.Mode = api.ModeScript
 	}
 	if spec.ScriptName == "" {
 		spec.ScriptName = "main.py"
@@ -231,16 +253,18 @@ func (e *Executor) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) 
 
 // Probe runs one trivial program on py to prove the whole jail works
 // before the daemon says it is ready, and returns the runner that works.
-// When runner fails and fallback is not nil (the daemon's --userns=auto
+// When jails fails and fallback is not nil (the daemon's --userns=auto
 // with a user namespace), a kernel that refuses user namespaces in
 // practice gets fallback's runner, without them, if that one works.
-func Probe(ctx context.Context, runner *nsjail.Runner, py rootfs.Python, fallback func() (*nsjail.Runner, error), log *slog.Logger) (*nsjail.Runner, error) {
+func Probe(ctx context.Context, jails *nsjail.Runner, py rootfs.Python, fallback func() (*nsjail.Runner, error), log *slog.Logger) (*nsjail.Runner, error) {
 	try := func(r *nsjail.Runner) error {
 		spec := &nsjail.Spec{
 			ID: "probe-" + fmt.Sprint(time.Now().UnixNano()), Rootfs: py.Dir, Python: py.Executable,
 			Script: []byte("print('ok')\n"), ScriptName: "probe.py",
 			Limits: nsjail.Limits{Timeout: 30 * time.Second, MemoryBytes: 256 << 20, Pids: 16, CPUs: 1,
 				OutputBytes: 4096, TmpBytes: 1 << 20, OpenFiles: 64},
+			// Through the runner, as every run goes.
+			Runner: &nsjail.RunnerSpec{Mode: api.ModeScript, Limits: runner.DefaultLimits()},
 		}
 		out, err := r.Run(ctx, spec, nil)
 		if err != nil {
@@ -251,9 +275,9 @@ func Probe(ctx context.Context, runner *nsjail.Runner, py rootfs.Python, fallbac
 		}
 		return nil
 	}
-	err := try(runner)
+	err := try(jails)
 	if err == nil {
-		return runner, nil
+		return jails, nil
 	}
 	if fallback == nil {
 		return nil, fmt.Errorf("the jail does not work on this host: %w", err)

@@ -129,6 +129,9 @@ type Run struct {
 	Env    map[string]string          `json:"env"`
 	Inputs map[string]json.RawMessage `json:"inputs,omitempty"`
 	Limits Limits                     `json:"limits"`
+	// StdinNull: the program was given no standard input, and gets
+	// /dev/null, not the (empty) pipe the runner started with.
+	StdinNull bool `json:"stdin_null,omitempty"`
 }
 
 // ErrFrameTooLarge is returned for a frame over the reader's maximum; the

@@ -325,22 +325,24 @@ func checkCleanup(ctx context.Context, d *daemonProc) (string, error) {
 	for idleJails() < ready && time.Now().Before(settle) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	idle := 0
+	idle, idleProcs := 0, 0
 	if entries, err := os.ReadDir(runsCgroup); err != nil {
 		problems = append(problems, err.Error())
 	} else {
 		for _, e := range entries {
-			switch {
-			case !e.IsDir():
-			case idleJail(filepath.Join(runsCgroup, e.Name())):
-				idle++
-			default:
-				problems = append(problems, "run cgroup left: "+e.Name())
+			if !e.IsDir() {
+				continue
 			}
+			if n := idleJailProcs(filepath.Join(runsCgroup, e.Name())); n > 0 {
+				idle++
+				idleProcs += n
+				continue
+			}
+			problems = append(problems, "run cgroup left: "+e.Name())
 		}
 	}
-	if jp := jailProcesses(); len(jp) != idle {
-		problems = append(problems, fmt.Sprintf("jail processes left: %v (%d idle prestarted jails)", jp, idle))
+	if jp := jailProcesses(); len(jp) != idleProcs {
+		problems = append(problems, fmt.Sprintf("jail processes left: %v (%d idle prestarted jails, %d processes)", jp, idle, idleProcs))
 	}
 	if entries, err := os.ReadDir(filepath.Join(daemonState, "jails")); err == nil && len(entries) != idle {
 		problems = append(problems, fmt.Sprintf("jail state left: %d entries (%d idle prestarted jails)", len(entries), idle))

@@ -187,29 +187,66 @@ func idleJails() int {
 }
 
 // idleJail reports whether dir is the cgroup of a prestarted jail waiting
-// for a run: its only process is an idle init.
+// for a run: its processes are an idle init and the runner it started.
 func idleJail(dir string) bool {
-	if !strings.HasPrefix(filepath.Base(dir), "pre-") {
-		return false
-	}
-	pids, err := cgroupProcs(dir)
-	return err == nil && len(pids) == 1 && idleInit(pids[0])
+	return idleJailProcs(dir) > 0
 }
 
-// idleInit reports whether pid is cellblock-init (comm "init") without
-// children: a prestarted jail's init still waiting for its program.
+// idleJailProcs is how many processes the prestarted jail of cgroup dir
+// holds while it waits for a run (its init, and the runner once started),
+// or 0 when dir is not such a jail.
+func idleJailProcs(dir string) int {
+	if !strings.HasPrefix(filepath.Base(dir), "pre-") {
+		return 0
+	}
+	pids, err := cgroupProcs(dir)
+	if err != nil || len(pids) == 0 || len(pids) > 2 {
+		return 0
+	}
+	for _, pid := range pids {
+		if !idleInit(pid) && !idleRunner(pid) {
+			return 0
+		}
+	}
+	return len(pids)
+}
+
+// idleInit reports whether pid is cellblock-init (comm "init") still
+// holding its launch socket (descriptor 3, closed once the program is
+// handed over) with at most its idle runner as a child: a prestarted
+// jail's init still waiting for its program.
 func idleInit(pid int) bool {
 	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	if err != nil || strings.TrimSpace(string(comm)) != "init" {
 		return false
 	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/fd/3", pid)); err != nil {
+		return false
+	}
+	kids := children(pid)
+	return len(kids) == 0 || len(kids) == 1 && idleRunner(kids[0])
+}
+
+// idleRunner reports whether pid is a jail's runner (Python running
+// cellblock's runner) that has started nothing.
+func idleRunner(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(cmdline), "_cellblock_runner.py") && len(children(pid)) == 0
+}
+
+// children are the pids of pid's children, all threads' together.
+func children(pid int) []int {
+	var kids []int
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	for _, t := range tasks {
-		if c, _ := os.ReadFile(t); strings.TrimSpace(string(c)) != "" {
-			return false
+		c, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(c)) {
+			if k, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, k)
+			}
 		}
 	}
-	return len(tasks) > 0
+	return kids
 }
 
 // cgroupProcs lists the pids in dir and every cgroup below it.

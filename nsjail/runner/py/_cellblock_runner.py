@@ -132,6 +132,24 @@ def _reexec(fd, raw, env):
         pass
 
 
+def _park(fd):
+    """Move the channel to a high descriptor, close-on-exec, so that the
+    program's own files get the numbers they would get under plain python
+    (the first one 3). Returns the descriptor to use."""
+    os.set_inheritable(fd, False)
+    try:
+        import fcntl
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY or soft > 1 << 20:
+            soft = 1 << 20
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(fd + 1, soft - 8))
+    except (ImportError, OSError, ValueError):
+        return fd
+    os.close(fd)
+    return high
+
+
 def _str_list(v):
     return type(v) is list and all(type(x) is str for x in v)
 
@@ -151,8 +169,7 @@ def _setup():
     message, the environment, the program's __main__. None when there is
     no run (the channel closed)."""
     try:
-        fd = int(os.environ.pop(ENV_FD))
-        os.set_inheritable(fd, False)
+        fd = _park(int(os.environ.pop(ENV_FD)))
         ch = _channel.Channel(fd)
     except (KeyError, ValueError, OSError):
         _fail("no channel: %s is not an open descriptor" % ENV_FD)
@@ -183,6 +200,14 @@ def _setup():
         _fail("malformed run message")
     ch.set_limits(msg.get("limits"))
 
+    if msg.get("stdin_null") is True:
+        # No standard input was given: /dev/null, as python would have.
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+        except OSError:
+            pass
     env = dict(env)
     if "MPLBACKEND" not in env:
         env["MPLBACKEND"] = MPL_BACKEND
