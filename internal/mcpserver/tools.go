@@ -76,6 +76,15 @@ With a package:
 				"maxProperties":        api.MaxEnv,
 			},
 			"memory_mb": memorySchema(info),
+			"inputs": map[string]any{
+				"type": "object",
+				"description": "Data for the code: each name becomes a global variable holding its JSON value " +
+					"(objects as dicts, arrays as lists, null as None) before the code runs, and cellblock.inputs holds them all. " +
+					"Pass data here rather than pasting it into the code. Names are Python identifiers, not keywords, not starting with __; " +
+					fmt.Sprintf("at most %d names and %s of JSON in all.", api.MaxInputs, fmtBytes(api.MaxInputsBytes)),
+				"propertyNames": map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+				"maxProperties": api.MaxInputs,
+			},
 		}, "code")),
 		RawOutputSchema: mustJSON(resultSchema()),
 		Annotations: mcp.ToolAnnotation{
