@@ -52,7 +52,9 @@ func TestListTools(t *testing.T) {
 	// Limits and versions come from /v1/info, not from constants.
 	mustContain(t, run.Description, "123 s", "3 GiB", "7 s", "200 MiB", "3.12.7 (default)", "3.11.9",
 		"No network", "/tmp", "working directory", "dependencies", "PEP 723", "Example", "isError",
-		"local wheel directory", "Up to 6 runs")
+		"local wheel directory", "Up to 6 runs",
+		"notebook cell", "value comes back", `"inputs"`, "matplotlib", "as images", "DataFrames", "as HTML", "cellblock.display(obj)",
+		"image content", "embedded resources", "1 MiB of base64", "4 MiB and 16 in all", "256 KiB", `"(sent as image content 1)"`)
 	if got := run.InputSchema.Required; !reflect.DeepEqual(got, []string{"code"}) {
 		t.Errorf("run_python required = %v", got)
 	}
