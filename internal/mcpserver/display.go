@@ -121,11 +121,11 @@ func renderDisplay(runID string, items []api.DisplayItem) displayOut {
 // item renders one display item; when muted, it only fills in the
 // structured content.
 func (r *displayRenderer) item(i int, d api.DisplayItem, muted bool) {
+	// The item for the structured content, where images become notes.
 	structured := api.DisplayItem{Data: make(map[string]json.RawMessage, len(d.Data)), Metadata: d.Metadata}
 	for mime, raw := range d.Data {
 		structured.Data[mime] = raw
 	}
-	r.out.items = append(r.out.items, structured)
 	note := func(mime, text string) { structured.Data[mime] = mustJSON("(" + text + ")") }
 
 	var (
@@ -174,6 +174,7 @@ func (r *displayRenderer) item(i int, d api.DisplayItem, muted bool) {
 		}
 		chosen = mime
 	}
+	r.out.items = append(r.out.items, structured)
 	if muted {
 		return
 	}

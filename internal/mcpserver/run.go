@@ -126,6 +126,9 @@ func stopText(res *api.Result) string {
 func exceptionText(res *api.Result) string {
 	exc := res.Exception
 	what := exc.Type
+	if what == "" {
+		what = "an exception"
+	}
 	if exc.Message != "" {
 		msg := exc.Message
 		if len(msg) > 300 {
