@@ -28,6 +28,7 @@ var argKind = map[string]string{
 	"python":          `a version string, such as "3.12"`,
 	"env":             `an object mapping names to string values, such as {"DEBUG": "1"}`,
 	"memory_mb":       "a number of MiB, such as 256",
+	"inputs":          `an object mapping names to JSON values, such as {"n": 3, "rows": [[1, 2], [3, 4]]}`,
 }
 
 var versionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
@@ -84,9 +85,12 @@ type runArgs struct {
 	Python         string            `json:"python"`
 	Env            map[string]string `json:"env"`
 	MemoryMB       *float64          `json:"memory_mb"`
+	// Inputs keep each value's JSON as the caller wrote it, so that large
+	// integers and the like reach Python unchanged.
+	Inputs map[string]json.RawMessage `json:"inputs"`
 }
 
-var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb"}
+var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs"}
 
 // request checks the arguments and turns them into the daemon's run
 // request. With info it checks the limits too, so that the message speaks
@@ -111,12 +115,19 @@ func (a *runArgs) request(info *api.Info) (*api.RunRequest, error) {
 		}
 		env["PYTHONUNBUFFERED"] = "1"
 	}
+	if err := checkInputs(a.Inputs); err != nil {
+		return nil, err
+	}
 	req := &api.RunRequest{
 		Code:   a.Code,
 		Python: python,
 		Env:    env,
 		// The daemon merges these with the script's PEP 723 block.
 		Dependencies: pep723.Merge(nil, a.Dependencies),
+		// run_python always runs a notebook cell: the value of the last
+		// expression, exceptions and plots come back as data.
+		Mode:   api.ModeCell,
+		Inputs: a.Inputs,
 	}
 	if a.TimeoutSeconds != nil {
 		s := *a.TimeoutSeconds
@@ -141,6 +152,30 @@ func (a *runArgs) request(info *api.Info) (*api.RunRequest, error) {
 		req.MemoryBytes = int64(min(m, 1<<30) * (1 << 20))
 	}
 	return req, nil
+}
+
+// inputsHint says what "inputs" must be, after a refusal.
+var inputsHint = fmt.Sprintf(`"inputs" maps names of Python globals to JSON values, such as {"n": 3, "rows": [[1, 2], [3, 4]]}: `+
+	"each name an identifier that is not a keyword and does not start with __; at most %d names and %s of JSON in all",
+	api.MaxInputs, fmtBytes(api.MaxInputsBytes))
+
+// checkInputs applies the daemon's own rules for inputs (those of
+// api.RunRequest.Validate, on a request that has nothing else to refuse)
+// and words a refusal in terms of the argument.
+func checkInputs(inputs map[string]json.RawMessage) error {
+	if len(inputs) == 0 {
+		return nil
+	}
+	probe := api.RunRequest{Code: "pass", Inputs: inputs}
+	e := probe.Validate()
+	if e == nil {
+		return nil
+	}
+	what := e.Message
+	if name, ok := strings.CutPrefix(e.Field, "inputs."); ok {
+		what = fmt.Sprintf("the value of %q %s", name, e.Message)
+	}
+	return fmt.Errorf(`"inputs": %s. %s`, what, inputsHint)
 }
 
 // validateArgs are validate_python's arguments.

@@ -41,11 +41,15 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 }
 
 // runResult maps a daemon result onto the tool result: the text for the
-// model and the result object as structured content. Anything but a clean
-// exit is isError.
+// model, then the display items' images, resources and texts (see
+// renderDisplay), and the result object as structured content, in which
+// each image's base64 is replaced by a note saying where it went. Anything
+// but a clean exit is isError; a cell that raised exits 1.
 func runResult(res *api.Result, info *api.Info) *mcp.CallToolResult {
 	failed := res.Error != nil || res.ExitCode != 0 || res.TimedOut || res.OOMKilled
 	var b strings.Builder
+	structured := res
+	var rich []mcp.Content
 	if res.Error != nil {
 		b.WriteString(refusalText(res.Error, info))
 	} else {
@@ -54,10 +58,29 @@ func runResult(res *api.Result, info *api.Info) *mcp.CallToolResult {
 		b.WriteString(usageText(res))
 		writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res)
 		writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res)
+		if exc := res.Exception; exc != nil && exc.Traceback != "" &&
+			!strings.Contains(res.Stderr, strings.TrimSpace(exc.Traceback)) {
+			b.WriteString("\n\n--- traceback ---\n")
+			b.WriteString(elide(strings.TrimSuffix(exc.Traceback, "\n"), "exception.traceback"))
+		}
+		if len(res.Display) > 0 {
+			out := renderDisplay(res.RunID, res.Display)
+			fmt.Fprintf(&b, "\n\n--- display: %d item%s, in order (structuredContent.display has their data) ---\n",
+				len(res.Display), plural(float64(len(res.Display))))
+			b.WriteString(strings.Join(out.lines, "\n"))
+			rich = out.content
+			withNotes := *res
+			withNotes.Display = out.items
+			structured = &withNotes
+		}
+		if v := res.Value; v != nil {
+			fmt.Fprintf(&b, "\n\n--- value of the last expression (%s) ---\n", v.Type)
+			b.WriteString(elide(strings.TrimSuffix(v.Repr, "\n"), "value.repr"))
+		}
 	}
 	return &mcp.CallToolResult{
-		Content:           []mcp.Content{mcp.NewTextContent(b.String())},
-		StructuredContent: res,
+		Content:           append([]mcp.Content{mcp.NewTextContent(b.String())}, rich...),
+		StructuredContent: structured,
 		IsError:           failed,
 	}
 }
@@ -79,6 +102,8 @@ func stopText(res *api.Result) string {
 		}
 		return fmt.Sprintf("The program was killed because it went over %s (exit code %d). "+
 			"Use less memory (stream or chunk the data) or ask for a larger memory_mb.", limit, res.ExitCode)
+	case res.Exception != nil:
+		return exceptionText(res)
 	case res.ExitCode == 0:
 		return "The program exited normally (exit status 0)."
 	}
@@ -94,6 +119,29 @@ func stopText(res *api.Result) string {
 		return fmt.Sprintf("The program was killed by signal %d%s (exit code %d).", sig, name, res.ExitCode)
 	}
 	return fmt.Sprintf("The program exited with status %d.", res.ExitCode)
+}
+
+// exceptionText says which exception ended the code, and where, from the
+// exception the sandbox reported.
+func exceptionText(res *api.Result) string {
+	exc := res.Exception
+	what := exc.Type
+	if what == "" {
+		what = "an exception"
+	}
+	if exc.Message != "" {
+		msg := exc.Message
+		if len(msg) > 300 {
+			msg = strings.ToValidUTF8(msg[:300], "") + "..."
+		}
+		what += ": " + msg
+	}
+	where := ""
+	if exc.Line != nil {
+		where = fmt.Sprintf("line %d; ", *exc.Line)
+	}
+	return fmt.Sprintf("The code raised an uncaught exception and exited with status %d: %s (%sthe traceback is below).",
+		res.ExitCode, what, where)
 }
 
 var signalNames = map[int]string{
@@ -181,15 +229,22 @@ const (
 
 // elide shortens a long stream for the text content.
 func elide(data, name string) string {
-	if len(data) <= textHeadBytes+textTailBytes {
+	return elideAt(data, textHeadBytes, textTailBytes, name)
+}
+
+// elideAt keeps about headBytes of the start of data and tailBytes of its
+// end, cut at line breaks where that loses little, and says that
+// structuredContent.name has the rest.
+func elideAt(data string, headBytes, tailBytes int, name string) string {
+	if len(data) <= headBytes+tailBytes {
 		return data
 	}
-	head := data[:textHeadBytes]
-	if i := strings.LastIndexByte(head, '\n'); i > textHeadBytes/2 {
+	head := data[:headBytes]
+	if i := strings.LastIndexByte(head, '\n'); i > headBytes/2 {
 		head = head[:i+1]
 	}
-	tail := data[len(data)-textTailBytes:]
-	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < textTailBytes/2 {
+	tail := data[len(data)-tailBytes:]
+	if i := strings.IndexByte(tail, '\n'); i >= 0 && i < tailBytes/2 {
 		tail = tail[i+1:]
 	}
 	head = strings.ToValidUTF8(head, "")

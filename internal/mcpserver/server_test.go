@@ -52,12 +52,14 @@ func TestListTools(t *testing.T) {
 	// Limits and versions come from /v1/info, not from constants.
 	mustContain(t, run.Description, "123 s", "3 GiB", "7 s", "200 MiB", "3.12.7 (default)", "3.11.9",
 		"No network", "/tmp", "working directory", "dependencies", "PEP 723", "Example", "isError",
-		"local wheel directory", "Up to 6 runs")
+		"local wheel directory", "Up to 6 runs",
+		"notebook cell", "value comes back", `"inputs"`, "matplotlib", "as images", "DataFrames", "as HTML", "cellblock.display(obj)",
+		"image content", "embedded resources", "1 MiB of base64", "4 MiB and 16 in all", "256 KiB", `"(sent as image content 1)"`)
 	if got := run.InputSchema.Required; !reflect.DeepEqual(got, []string{"code"}) {
 		t.Errorf("run_python required = %v", got)
 	}
 	props := run.InputSchema.Properties
-	for _, p := range []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb"} {
+	for _, p := range []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs"} {
 		if _, ok := props[p]; !ok {
 			t.Errorf("run_python has no %q parameter", p)
 		}
@@ -77,6 +79,9 @@ func TestListTools(t *testing.T) {
 	}
 	if got := schemaField("env", "type"); got != "object" {
 		t.Errorf("env type = %v", got)
+	}
+	if got := schemaField("inputs", "type"); got != "object" {
+		t.Errorf("inputs type = %v", got)
 	}
 	mustContain(t, fmt.Sprint(schemaField("python", "description")), "3.12.7 (default)")
 	out := run.OutputSchema
@@ -112,6 +117,7 @@ func TestRunGoodCode(t *testing.T) {
 				"memory_mb":       100,
 				"python":          "3.11",
 				"env":             map[string]string{"GREETING": "hi"},
+				"inputs":          map[string]any{"n": 3, "names": []string{"a", "b"}, "cfg": map[string]any{"deep": nil}},
 			})
 			if res.IsError {
 				t.Fatalf("isError for a clean run: %s", resultText(res))
@@ -127,6 +133,18 @@ func TestRunGoodCode(t *testing.T) {
 				req.Python != "3.11" || req.Env["GREETING"] != "hi" || req.Env["PYTHONUNBUFFERED"] != "1" ||
 				!reflect.DeepEqual(req.Dependencies, []string{"numpy", "rich"}) {
 				t.Errorf("the daemon got %+v", req)
+			}
+			if req.Mode != api.ModeCell {
+				t.Errorf("the daemon got mode %q, want %q", req.Mode, api.ModeCell)
+			}
+			wantInputs := map[string]string{"n": `3`, "names": `["a","b"]`, "cfg": `{"deep":null}`}
+			if len(req.Inputs) != len(wantInputs) {
+				t.Errorf("the daemon got inputs %s, want %v", req.Inputs, wantInputs)
+			}
+			for name, want := range wantInputs {
+				if got := string(req.Inputs[name]); got != want {
+					t.Errorf("the daemon got input %s = %s, want %s", name, got, want)
+				}
 			}
 			if fd.streamed() != 1 {
 				t.Errorf("run_python did not ask for a stream")
@@ -260,8 +278,15 @@ func TestRunBadArguments(t *testing.T) {
 		{"env value not a string", map[string]any{"code": "1", "env": map[string]any{"A": 1}}, `"env" must be an object mapping names to string values`},
 		{"bad env name", map[string]any{"code": "1", "env": map[string]any{"1A": "x"}}, `bad_request (env): "1A" is not a valid variable name`},
 		{"reserved env name", map[string]any{"code": "1", "env": map[string]any{"LD_PRELOAD": "x"}}, "set by the sandbox"},
-		{"unknown argument", map[string]any{"code": "1", "stdin": "x"}, `unknown argument "stdin": this tool takes code, dependencies, timeout_seconds, python, env, memory_mb`},
+		{"unknown argument", map[string]any{"code": "1", "stdin": "x"}, `unknown argument "stdin": this tool takes code, dependencies, timeout_seconds, python, env, memory_mb, inputs`},
 		{"python not a version", map[string]any{"code": "1", "python": "latest"}, `"python" must be a version such as "3.12", not "latest"; available: 3.12.7 (default), 3.11.9`},
+		{"inputs not an object", map[string]any{"code": "1", "inputs": []any{1, 2}}, `"inputs" must be an object mapping names to JSON values, such as {"n": 3`},
+		{"input name not an identifier", map[string]any{"code": "1", "inputs": map[string]any{"1x": 1}}, `"inputs": "1x" is not a name a global can have`},
+		{"input name a keyword", map[string]any{"code": "1", "inputs": map[string]any{"class": 1}}, `"inputs": "class" is not a name a global can have`},
+		{"input name a dunder", map[string]any{"code": "1", "inputs": map[string]any{"__builtins__": 1}}, `"inputs": "__builtins__" is not a name`},
+		{"too many inputs", map[string]any{"code": "1", "inputs": manyInputs(api.MaxInputs + 1)}, `"inputs": has 65 entries; the maximum is 64`},
+		{"inputs too large", map[string]any{"code": "1", "inputs": map[string]any{"big": strings.Repeat("x", api.MaxInputsBytes)}}, `"inputs": are more than 1048576 bytes`},
+		{"input nested too deep", map[string]any{"code": "1", "inputs": map[string]any{"deep": nested(api.MaxInputDepth + 1)}}, `"inputs": the value of "deep" nests 65 deep; the maximum is 64`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,6 +300,24 @@ func TestRunBadArguments(t *testing.T) {
 	if reqs := fd.Requests(); len(reqs) != 0 {
 		t.Errorf("bad arguments reached the daemon: %+v", reqs)
 	}
+}
+
+// manyInputs is n inputs named x0, x1, ...
+func manyInputs(n int) map[string]any {
+	m := make(map[string]any, n)
+	for i := range n {
+		m[fmt.Sprintf("x%d", i)] = i
+	}
+	return m
+}
+
+// nested is a list nested depth deep.
+func nested(depth int) any {
+	var v any = []any{}
+	for range depth - 1 {
+		v = []any{v}
+	}
+	return v
 }
 
 // TestConcurrentCalls makes 8 calls at once and checks that each gets its

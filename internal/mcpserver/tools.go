@@ -17,9 +17,11 @@ import (
 
 func runPythonTool(info *api.Info) mcp.Tool {
 	var b strings.Builder
-	b.WriteString(`Run a Python program in a fresh, isolated sandbox and get back its stdout, stderr, exit status and resource use.
+	b.WriteString(`Run Python code in a fresh, isolated sandbox and get back the value of its last expression, its stdout and stderr, any exception, its plots and rich output, its exit status and resource use.
 
-Every call starts from a clean slate: nothing (files, variables, installed packages) carries over from one call to the next, so put everything the program needs in "code" and print what you want to see. Standard input is empty.
+The code runs like a notebook cell: when it ends with an expression, that value comes back (no need to print it). Each entry of "inputs" becomes a variable before the code runs: pass data there rather than in the code. An uncaught exception comes back as data (type, message, line, traceback). Plots are shown: matplotlib figures (after plt.show() or left open at the end) come back as images, and objects with rich representations, such as pandas DataFrames, as HTML; cellblock.display(obj) (import cellblock, always there) shows any object explicitly.
+
+Every call starts from a clean slate: nothing (files, variables, installed packages) carries over from one call to the next, so put everything the code needs in "code" and "inputs". Standard input is empty.
 
 What the sandbox allows and forbids:
 `)
@@ -35,14 +37,14 @@ What the sandbox allows and forbids:
 	}
 	b.WriteString(`- PYTHONUNBUFFERED=1 is set unless "env" sets it, so output is sent as it is written.
 
-The result: the text says how the program ended (exit status, uncaught exception, timeout or memory limit) followed by stdout and stderr; structuredContent holds the full result object (exit_code, stdout, stderr, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, ...). Very long output is shortened in the text (the middle is left out); structuredContent always has all of it, up to the output limit. A program that raises, exits non-zero, times out or is killed for memory comes back with isError true and the traceback in stderr: read it, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed) also has isError true, with the reason in "error".
+The result: the text says how the code ended (exit status, uncaught exception, timeout or memory limit), then stdout and stderr, a line for each display item saying how it was sent, and the value of the last expression. After the text come the display items: images as image content, HTML and SVG as embedded resources (cellblock://runs/RUN_ID/display/N.html), Markdown and JSON as text. So that one plot cannot flood the context, an image may be at most ` + fmtBytes(maxImageBase64) + ` of base64, the images of one result ` + fmtBytes(maxImagesBase64) + ` and ` + fmt.Sprint(maxImages) + ` in all, an HTML or SVG item ` + fmtBytes(maxResourceBytes) + `; what is over a cap is left out, and the text says what and why. structuredContent holds the full result object (exit_code, stdout, stderr, value, exception, display, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, ...), except that each image's base64 in display is replaced by a note such as "(sent as image content 1)" or why it was left out, so the same bytes are not sent twice. Very long output is shortened in the text (the middle is left out); structuredContent always has all of it, up to the output limit. Code that raises (exit status 1), exits non-zero, times out or is killed for memory comes back with isError true and the exception and traceback: read them, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed) also has isError true, with the reason in "error".
 
 While a long run goes on, its output is sent as notifications/progress (when the call carries a progressToken) and as notifications/message log entries (logger "stdout" or "stderr", level info).
 
 Example arguments:
-{"code": "import sys, statistics\ndata = [2, 4, 4, 5]\nprint(statistics.mean(data))\nprint('done', file=sys.stderr)", "timeout_seconds": 10}
-With a package:
-{"code": "import numpy as np\nprint(np.arange(6).reshape(2, 3).sum(axis=0))", "dependencies": ["numpy"]}`)
+{"code": "import statistics\nprint('n =', len(data))\nstatistics.mean(data)", "inputs": {"data": [2, 4, 4, 5]}, "timeout_seconds": 10}
+With packages and a plot:
+{"code": "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 6, 100)\nplt.plot(x, np.sin(x))\nnp.sin(x).max()", "dependencies": ["numpy", "matplotlib"]}`)
 
 	return mcp.Tool{
 		Name:        ToolRunPython,
@@ -51,7 +53,7 @@ With a package:
 		RawInputSchema: mustJSON(object(map[string]any{
 			"code": map[string]any{
 				"type": "string",
-				"description": "The complete Python program to run, as the contents of main.py in the working directory. " +
+				"description": "The complete Python code to run, as a notebook cell in the working directory: the value of a final expression comes back. " +
 					"It may start with a PEP 723 '# /// script' block listing dependencies and requires-python. " +
 					fmt.Sprintf("At most %d bytes.", api.MaxCodeBytes),
 				"minLength": 1,
@@ -76,6 +78,15 @@ With a package:
 				"maxProperties":        api.MaxEnv,
 			},
 			"memory_mb": memorySchema(info),
+			"inputs": map[string]any{
+				"type": "object",
+				"description": "Data for the code: each name becomes a global variable holding its JSON value " +
+					"(objects as dicts, arrays as lists, null as None) before the code runs, and cellblock.inputs holds them all. " +
+					"Pass data here rather than pasting it into the code. Names are Python identifiers, not keywords, not starting with __; " +
+					fmt.Sprintf("at most %d names and %s of JSON in all.", api.MaxInputs, fmtBytes(api.MaxInputsBytes)),
+				"propertyNames": map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+				"maxProperties": api.MaxInputs,
+			},
 		}, "code")),
 		RawOutputSchema: mustJSON(resultSchema()),
 		Annotations: mcp.ToolAnnotation{
@@ -421,7 +432,7 @@ func resultSchema() map[string]any {
 					"properties": map[string]any{
 						"data": map[string]any{
 							"type":                 "object",
-							"description":          "MIME type to content: text/plain always; image/png and image/jpeg as base64; text/html, image/svg+xml, text/markdown as text; application/json as JSON",
+							"description":          "MIME type to content: text/plain always; text/html, image/svg+xml, text/markdown as text; application/json as JSON; image/png and image/jpeg as a note in place of their base64, \"(sent as image content N)\" or why the image was left out",
 							"additionalProperties": map[string]any{},
 						},
 						"metadata": map[string]any{
