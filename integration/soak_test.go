@@ -89,6 +89,40 @@ print("done", file=sys.stderr)
 		}
 		return nil
 	}},
+	{"runner channel", func(i int) *api.RunRequest {
+		// Garbage, a fake value and a closed channel, from the code.
+		return &api.RunRequest{Mode: api.ModeCell, Code: `
+import os, struct, json
+def sockets():
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + f).startswith("socket:"):
+                yield int(f)
+        except OSError:
+            pass
+fd = max(sockets())
+os.write(fd, struct.pack(">I", 1 << 30) + b"{" * 65536)
+m = json.dumps({"type": "display", "data": {"image/png": "AAAA", "text/plain": "x" * 100000}}).encode()
+os.write(fd, struct.pack(">I", len(m)) + m)
+os.close(fd)
+print("abused")
+6 * 7
+`}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != "abused\n" || r.Value != nil {
+			return fmt.Errorf("runner channel abuse: exit %d stdout %q value %+v stderr %q", r.ExitCode, r.Stdout, r.Value, r.Stderr)
+		}
+		return nil
+	}},
+	{"cell", func(i int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Inputs: map[string]json.RawMessage{"i": json.RawMessage(fmt.Sprint(i))},
+			Code: "import cellblock\ncellblock.display({'i': i})\ni * 2"}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Value == nil || string(r.Value.JSON) != fmt.Sprint(i*2) || len(r.Display) != 1 {
+			return fmt.Errorf("cell %d: exit %d value %+v display %d stderr %q", i, r.ExitCode, r.Value, len(r.Display), r.Stderr)
+		}
+		return nil
+	}},
 	{"grandchild", func(i int) *api.RunRequest {
 		return &api.RunRequest{Code: fmt.Sprintf(`
 import os, time

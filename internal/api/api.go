@@ -178,6 +178,22 @@ type Info struct {
 	Filesystem string `json:"filesystem"`
 	// Dependencies describes how dependency environments are built.
 	Dependencies *DependencyInfo `json:"dependencies,omitempty"`
+	// Display is what a run's rich output, value and exception may take.
+	Display *DisplayCaps `json:"display,omitempty"`
+}
+
+// DisplayCaps are the caps on what a run reports besides its output.
+type DisplayCaps struct {
+	// Items is the most display items a run keeps.
+	Items int `json:"items"`
+	// ItemBytes caps one item (all its MIME types together); TotalBytes
+	// all of a run's items. An item over a cap keeps its text/plain.
+	ItemBytes  int `json:"item_bytes"`
+	TotalBytes int `json:"total_bytes"`
+	// ReprBytes caps a value's repr and each text/plain; TracebackBytes
+	// an exception's traceback.
+	ReprBytes      int `json:"repr_bytes"`
+	TracebackBytes int `json:"traceback_bytes"`
 }
 
 // Python is one interpreter the daemon can run.

@@ -93,6 +93,10 @@ func writeInfo(w io.Writer, info *api.Info) {
 	}
 	fmt.Fprintf(tw, "runs\t%d at once, %d more may wait (now %d running, %d waiting)\n",
 		info.MaxConcurrent, info.QueueSize, info.Running, info.Queued)
+	if d := info.Display; d != nil {
+		fmt.Fprintf(tw, "rich output\tup to %d items of %s each, %s in all; reprs %s, tracebacks %s\n",
+			d.Items, formatSize(int64(d.ItemBytes)), formatSize(int64(d.TotalBytes)), formatSize(int64(d.ReprBytes)), formatSize(int64(d.TracebackBytes)))
+	}
 	if info.Prestart > 0 {
 		fmt.Fprintf(tw, "prestarted jails\t%d kept ready for runs on the default Python without dependencies (%d ready now)\n", info.Prestart, info.PrestartReady)
 	} else {

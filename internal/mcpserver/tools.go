@@ -483,6 +483,17 @@ func infoSchema() map[string]any {
 			"prestart":       typed("integer", "jails kept started ahead of requests"),
 			"prestart_ready": typed("integer", "prestarted jails waiting now"),
 			"filesystem":     typed("string", "what a run may write"),
+			"display": map[string]any{
+				"type":        "object",
+				"description": "caps on a run's rich output (plots, HTML), value and exception",
+				"properties": map[string]any{
+					"items":           typed("integer", "most display items a run keeps"),
+					"item_bytes":      typed("integer", "cap on one display item; over it only its text/plain is kept"),
+					"total_bytes":     typed("integer", "cap on all of a run's display items together"),
+					"repr_bytes":      typed("integer", "cap on a value's repr and each text/plain"),
+					"traceback_bytes": typed("integer", "cap on an exception's traceback"),
+				},
+			},
 			"dependencies": map[string]any{
 				"type":        "object",
 				"description": "how dependency environments are built and cached",

@@ -222,6 +222,11 @@ func (e *Executor) Info() api.Info {
 		Prestart:      e.cfg.Prestart,
 		PrestartReady: e.pool.Ready(),
 		Dependencies:  e.deps.Info(),
+		Display: &api.DisplayCaps{
+			Items: e.cfg.Reports.DisplayItems, ItemBytes: e.cfg.Reports.DisplayItemBytes,
+			TotalBytes: e.cfg.Reports.DisplayTotalBytes, ReprBytes: e.cfg.Reports.ReprBytes,
+			TracebackBytes: e.cfg.Reports.TracebackBytes,
+		},
 	}
 	pys, err := e.store.List()
 	if err != nil {

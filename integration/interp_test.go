@@ -1,0 +1,222 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// runCell runs code in cell mode with inputs and returns the result.
+func runCell(t *testing.T, d *Daemon, code string, inputs map[string]string) *api.Result {
+	t.Helper()
+	req := &api.RunRequest{Code: code, Mode: api.ModeCell}
+	for k, v := range inputs {
+		if req.Inputs == nil {
+			req.Inputs = map[string]json.RawMessage{}
+		}
+		req.Inputs[k] = json.RawMessage(v)
+	}
+	res, err := d.Client.Run(context.Background(), req)
+	if err != nil || res.Error != nil {
+		t.Fatalf("cell %q: %+v %v", code, res, err)
+	}
+	return res
+}
+
+// A cell's last expression comes back as its value: type, repr, and JSON
+// when it is JSON; inputs are globals.
+func TestCellValues(t *testing.T) {
+	d := daemon(t)
+	for _, c := range []struct {
+		code     string
+		inputs   map[string]string
+		typ      string
+		repr     string
+		json     string // "" for no json
+		noValue  bool
+		exitCode int
+	}{
+		{code: "x = 6\nx * 7", typ: "int", repr: "42", json: "42"},
+		{code: "{'n': n, 'names': names}", inputs: map[string]string{"n": "5", "names": `["a", "b"]`},
+			typ: "dict", repr: "{'n': 5, 'names': ['a', 'b']}", json: `{"n":5,"names":["a","b"]}`},
+		{code: "import cellblock\ncellblock.inputs['cfg']['deep'][0]", inputs: map[string]string{"cfg": `{"deep": [true]}`},
+			typ: "bool", repr: "True", json: "true"},
+		{code: "object()", typ: "object"},
+		{code: "float('nan')", typ: "float", repr: "nan"},
+		{code: "print('side effect')\nNone", noValue: true},
+		{code: "x = 1", noValue: true},
+	} {
+		res := runCell(t, d, c.code, c.inputs)
+		if res.ExitCode != c.exitCode {
+			t.Errorf("%q: exit %d stderr %q", c.code, res.ExitCode, res.Stderr)
+		}
+		if c.noValue {
+			if res.Value != nil {
+				t.Errorf("%q: value %+v, want none", c.code, res.Value)
+			}
+			continue
+		}
+		v := res.Value
+		if v == nil || v.Type != c.typ || (c.repr != "" && v.Repr != c.repr) || string(v.JSON) != c.json {
+			t.Errorf("%q: value %+v (json %s), want %s %s %s", c.code, v, v.JSON, c.typ, c.repr, c.json)
+		}
+	}
+}
+
+// Exceptions come back as data in both modes, with the traceback on
+// stderr as python prints it and exit code 1.
+func TestExceptionsAsData(t *testing.T) {
+	d := daemon(t)
+	for _, mode := range []string{api.ModeScript, api.ModeCell} {
+		res, err := d.Client.Run(context.Background(), &api.RunRequest{Mode: mode, Code: "import json\n\ndef f():\n    json.loads('{')\n\nf()\n"})
+		if err != nil || res.Error != nil {
+			t.Fatalf("%+v %v", res, err)
+		}
+		x := res.Exception
+		if res.ExitCode != 1 || x == nil || x.Type != "json.decoder.JSONDecodeError" || x.Line == nil || *x.Line != 4 ||
+			!strings.Contains(x.Message, "Expecting property name") || !strings.Contains(x.Traceback, `line 4, in f`) {
+			t.Fatalf("%s: exit %d exception %+v", mode, res.ExitCode, x)
+		}
+		if !strings.Contains(res.Stderr, "Traceback (most recent call last):") || strings.Contains(res.Stderr, "_cellblock_runner") {
+			t.Errorf("%s: stderr %q", mode, res.Stderr)
+		}
+	}
+	// sys.exit is no exception to report.
+	res, _ := d.Client.Run(context.Background(), &api.RunRequest{Code: "import sys; sys.exit(3)"})
+	if res.ExitCode != 3 || res.Exception != nil {
+		t.Errorf("sys.exit(3): exit %d exception %+v", res.ExitCode, res.Exception)
+	}
+}
+
+// A stdlib-only object that draws a real PNG comes back as image/png with
+// its text/plain, as a cell's value and through cellblock.display.
+func TestDisplayStdlibPNG(t *testing.T) {
+	d := daemon(t)
+	code := `
+import struct, zlib, cellblock
+class Square:
+    def _repr_png_(self):
+        w = h = 8
+        raw = b"".join(b"\x00" + b"\xff\x00\x00" * w for _ in range(h))
+        def chunk(kind, data):
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xffffffff)
+        return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    def __repr__(self):
+        return "<red square>"
+class Bad:
+    def _repr_png_(self):
+        return b"not a png at all"
+    def __repr__(self):
+        return "<bad>"
+cellblock.display(Square())
+cellblock.display(Bad())
+Square()
+`
+	res := runCell(t, d, code, nil)
+	if res.ExitCode != 0 || len(res.Display) != 3 {
+		t.Fatalf("exit %d, %d display items, stderr %q", res.ExitCode, len(res.Display), res.Stderr)
+	}
+	for _, i := range []int{0, 2} {
+		var png, text string
+		_ = json.Unmarshal(res.Display[i].Data["image/png"], &png)
+		_ = json.Unmarshal(res.Display[i].Data["text/plain"], &text)
+		if !strings.HasPrefix(png, "iVBORw0KGgo") || text != "<red square>" {
+			t.Errorf("display[%d]: png %.20q text %q", i, png, text)
+		}
+	}
+	// Garbage from _repr_png_ is dropped with a note, never silently.
+	bad := res.Display[1]
+	var badText string
+	_ = json.Unmarshal(bad.Data["text/plain"], &badText)
+	if _, ok := bad.Data["image/png"]; ok || badText != "<bad>" || !strings.Contains(string(bad.Metadata["cellblock"]), "image/png") {
+		t.Errorf("garbage PNG item: %+v metadata %s", bad.Data, bad.Metadata["cellblock"])
+	}
+	if res.Value == nil || res.Value.Repr != "<red square>" {
+		t.Errorf("value %+v", res.Value)
+	}
+}
+
+// The code can write anything to the runner's channel, close it, or take
+// over what the runner uses: each run still gets a correct result, and
+// the daemon stays healthy and serves the next run.
+func TestHostileToTheRunner(t *testing.T) {
+	d := daemon(t)
+	channel := `
+import os
+def sockets():
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + f).startswith("socket:"):
+                yield int(f)
+        except OSError:
+            pass  # listdir's own descriptor, gone already
+fd = max(sockets())
+`
+	for _, c := range []struct {
+		name, code string
+		exit       int
+		stdout     string
+	}{
+		{"close the channel", channel + "os.close(fd)\nprint('closed')\n1/0", 1, "closed\n"},
+		{"garbage frames", channel + "import struct\nfor n in (5, 1 << 31, 3):\n    os.write(fd, struct.pack('>I', n) + b'x' * min(n, 4096))\nprint('sent')", 0, "sent\n"},
+		{"huge frame header", channel + "os.write(fd, b'\\xff\\xff\\xff\\xff' + b'{' * 65536)\nprint('sent')", 0, "sent\n"},
+		{"fake results", channel + "import json, struct\nm = json.dumps({'type': 'value', 'value': {'type': 'int', 'repr': 'x' * 100000}}).encode()\nos.write(fd, struct.pack('>I', len(m)) + m)\nprint('sent')", 0, "sent\n"},
+		{"replace stdout", "import sys, io\nsys.stdout = io.StringIO()\nprint('lost')\nsys.__stdout__.write('kept\\n')", 0, "kept\n"},
+		{"patch cellblock", "import cellblock\ncellblock.display = None\ncellblock._channel = None\nprint('patched')\nraise ValueError('after')", 1, "patched\n"},
+		{"os._exit", "print('bye', flush=True)\nimport os\nos._exit(5)", 5, "bye\n"},
+		{"fork and exit in the child", "import os\npid = os.fork()\nif pid == 0:\n    raise SystemExit(0)\nos.waitpid(pid, 0)\nprint('parent')", 0, "parent\n"},
+		{"exit from a thread", "import threading, sys\nt = threading.Thread(target=sys.exit, args=(4,))\nt.start(); t.join()\nprint('main goes on')", 0, "main goes on\n"},
+	} {
+		res, err := d.Client.Run(context.Background(), &api.RunRequest{Code: c.code, Mode: api.ModeCell, TimeoutMs: 20000})
+		if err != nil || res.Error != nil || res.TimedOut {
+			t.Errorf("%s: %+v %v", c.name, res, err)
+			continue
+		}
+		if res.ExitCode != c.exit || res.Stdout != c.stdout {
+			t.Errorf("%s: exit %d stdout %q stderr %q; want %d %q", c.name, res.ExitCode, res.Stdout, res.Stderr, c.exit, c.stdout)
+		}
+		if res.Value != nil && len(res.Value.Repr) > 8192 {
+			t.Errorf("%s: a %d-byte repr got through", c.name, len(res.Value.Repr))
+		}
+	}
+	// A value whose repr never ends is a timeout, not a stuck daemon.
+	res, err := d.Client.Run(context.Background(), &api.RunRequest{Mode: api.ModeCell, TimeoutMs: 1000,
+		Code: "class Slow:\n    def __repr__(self):\n        while True: pass\nSlow()"})
+	if err != nil || res.Error != nil || !res.TimedOut {
+		t.Errorf("endless repr: %+v %v", res, err)
+	}
+	runOK(t, d, &api.RunRequest{Code: "print('still fine')"})
+}
+
+// The request's environment is the program's from its first line, also
+// for variables that change how Python starts.
+func TestEnvironmentFromTheStart(t *testing.T) {
+	d := daemon(t)
+	res := runOK(t, d, &api.RunRequest{Code: `
+import os, sys
+print(os.environ["GREETING"], sys.flags.hash_randomization, hash("cellblock") == hash("cellblock"))
+`, Env: map[string]string{"GREETING": "hello", "PYTHONHASHSEED": "0"}})
+	if res.Stdout != "hello 0 True\n" {
+		t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
+}
+
+// cellblock run --cell prints the value after the output; --json carries
+// value, exception and display.
+func TestCLICell(t *testing.T) {
+	d := daemon(t)
+	out, err := exec.Command(bin(t, "cellblock"), "--socket", d.Socket, "run", "--cell", "--input", "n=4", "-c", "print('out')\nn * 10").Output()
+	if err != nil || string(out) != "out\n40\n" {
+		t.Errorf("cellblock run --cell: %q %v", out, err)
+	}
+	out, _ = exec.Command(bin(t, "cellblock"), "--socket", d.Socket, "run", "--json", "-c", "raise KeyError('k')").Output()
+	var res api.Result
+	if err := json.Unmarshal(out, &res); err != nil || res.Exception == nil || res.Exception.Type != "KeyError" {
+		t.Errorf("--json exception: %s %v", out, err)
+	}
+}
