@@ -60,6 +60,9 @@ type Jail struct {
 
 	// prestarted marks a jail built ahead of its run (see Pool).
 	prestarted bool
+	// warm is closed once the jail's runner said it is ready (its imports
+	// done) or can no longer say so; nil for a jail without a runner.
+	warm chan struct{}
 
 	mu   sync.Mutex
 	used bool // Launch or Close was called
@@ -188,12 +191,38 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		closers = append(closers, rchInit)
 	}
 	j.ctl, j.rch, j.stdoutR, j.stderrR = ctl, rch, stdoutR, stderrR
+	if rch != nil {
+		// The runner's first frame says its interpreter is up; until
+		// then a run would wait for Python's start. Read exactly that
+		// frame: the run's reports follow on the same channel (listen).
+		j.warm = make(chan struct{})
+		go func() {
+			defer close(j.warm)
+			if _, err := runner.ReadReady(runner.NewFrameReader(rch, runner.ReadyFrameBytes)); err != nil {
+				r.log.Debug("runner not ready", "jail", id, "err", err)
+			}
+		}()
+	}
 	j.exited = make(chan struct{})
 	go func() {
 		j.state, _ = j.proc.Wait()
 		close(j.exited)
 	}()
 	return j, nil
+}
+
+// isWarm reports whether the jail's interpreter is up: its runner said it
+// is ready (always true without a runner).
+func (j *Jail) isWarm() bool {
+	if j.warm == nil {
+		return true
+	}
+	select {
+	case <-j.warm:
+		return true
+	default:
+		return false
+	}
 }
 
 // alive reports whether the init is still waiting for its program.
@@ -344,6 +373,8 @@ func (j *Jail) listen(spec *Spec, start time.Time) <-chan report {
 		if err := runner.WriteRun(j.rch, spec.runMessage()); err != nil {
 			j.r.log.Warn("send the runner its program", "run", spec.ID, "jail", j.id, "err", err)
 		}
+		// Its ready frame is read by the jail's own reader (prepare).
+		<-j.warm
 		if err := c.Collect(j.rch); err != nil {
 			j.r.log.Debug("runner channel", "run", spec.ID, "jail", j.id, "err", err)
 		}

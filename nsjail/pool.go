@@ -82,19 +82,39 @@ func (p *Pool) Take(spec *Spec) *Jail {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.ready) > 0 {
-		j := p.ready[0]
-		p.ready = p.ready[1:]
+	// Dead jails go; of the live ones, one whose interpreter is up
+	// already is best, else the oldest (its Python has had the longest to
+	// start, and is still well ahead of a jail built now).
+	live := p.ready[:0]
+	for _, j := range p.ready {
 		if j.alive() {
-			return j
+			live = append(live, j)
+		} else {
+			go p.discard(j)
 		}
-		go p.discard(j)
 	}
-	p.wake()
-	return nil
+	p.ready = live
+	pick := -1
+	for i, j := range p.ready {
+		if j.isWarm() {
+			pick = i
+			break
+		}
+	}
+	if pick < 0 && len(p.ready) > 0 {
+		pick = 0
+	}
+	if pick < 0 {
+		p.wake()
+		return nil
+	}
+	j := p.ready[pick]
+	p.ready = append(p.ready[:pick], p.ready[pick+1:]...)
+	return j
 }
 
-// Ready reports how many jails are waiting with their init alive.
+// Ready reports how many jails are waiting with their init alive and
+// their interpreter up (the runner said it is ready).
 func (p *Pool) Ready() int {
 	if p == nil {
 		return 0
@@ -103,7 +123,7 @@ func (p *Pool) Ready() int {
 	defer p.mu.Unlock()
 	n := 0
 	for _, j := range p.ready {
-		if j.alive() {
+		if j.alive() && j.isWarm() {
 			n++
 		}
 	}
