@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -218,5 +219,48 @@ func TestCLICell(t *testing.T) {
 	var res api.Result
 	if err := json.Unmarshal(out, &res); err != nil || res.Exception == nil || res.Exception.Type != "KeyError" {
 		t.Errorf("--json exception: %s %v", out, err)
+	}
+}
+
+// The runner works in a jail on every CPython the machine has, 3.8 to
+// 3.13 (pyenv's) and Debian's: script mode with its traceback, a cell's
+// value, an exception as data and a display item.
+func TestRunnerOnEveryPython(t *testing.T) {
+	d := startDaemon(t, "--prestart", "0")
+	candidates, _ := filepath.Glob("/root/.pyenv/versions/3.*/bin/python3")
+	candidates = append(candidates, "/usr/bin/python3")
+	seen := 0
+	for _, py := range candidates {
+		out, err := exec.Command(py, "-c", "import platform, sys; print(platform.python_version()); sys.exit(sys.version_info < (3, 8))").Output()
+		version := strings.TrimSpace(string(out))
+		if err != nil || version == "" {
+			continue
+		}
+		if out, err := exec.Command(bin(t, "cellblockd"), "rootfs", "import", "--python", py, "--state-dir", d.StateDir).CombinedOutput(); err != nil {
+			t.Errorf("import %s: %v\n%s", py, err, out)
+			continue
+		}
+		seen++
+		t.Run(version, func(t *testing.T) {
+			res := runOK(t, d, &api.RunRequest{Python: version, Code: "import sys, cellblock\nprint(sys.version.split()[0], __name__, sys.argv[1:])", Args: []string{"a"}})
+			if want := version + " __main__ ['a']\n"; res.Stdout != want || res.Python != version {
+				t.Errorf("script: python %s stdout %q stderr %q", res.Python, res.Stdout, res.Stderr)
+			}
+			cell, err := d.Client.Run(context.Background(), &api.RunRequest{Python: version, Mode: api.ModeCell,
+				Code: "import cellblock\nclass H:\n    def _repr_html_(self):\n        return '<b>hi</b>'\ncellblock.display(H())\n[n] * 2", Inputs: map[string]json.RawMessage{"n": json.RawMessage("7")}})
+			if err != nil || cell.Error != nil || cell.Value == nil || string(cell.Value.JSON) != "[7,7]" || len(cell.Display) != 1 {
+				t.Errorf("cell: %+v %v", cell, err)
+			} else if html := string(cell.Display[0].Data["text/html"]); !strings.Contains(html, "hi") {
+				t.Errorf("display: %+v", cell.Display[0].Data)
+			}
+			exc, err := d.Client.Run(context.Background(), &api.RunRequest{Python: version, Code: "def f():\n    raise ValueError('bad')\nf()"})
+			if err != nil || exc.ExitCode != 1 || exc.Exception == nil || exc.Exception.Type != "ValueError" ||
+				exc.Exception.Line == nil || *exc.Exception.Line != 2 || !strings.Contains(exc.Stderr, "ValueError: bad") {
+				t.Errorf("exception: %+v %v", exc, err)
+			}
+		})
+	}
+	if seen < 2 {
+		t.Skipf("found %d CPython 3.8+ interpreters on this machine; want pyenv's and Debian's", seen)
 	}
 }
