@@ -266,8 +266,26 @@ func startShared() (*Daemon, error) {
 	return &Daemon{Daemon: dd, StateDir: sharedStateDir}, nil
 }
 
+// afterSuite registers f to run when every test is over (fixtures that
+// tests share, such as a wheelhouse, are removed so).
+func afterSuite(f func()) {
+	afterSuiteMu.Lock()
+	defer afterSuiteMu.Unlock()
+	afterSuiteFuncs = append(afterSuiteFuncs, f)
+}
+
+var (
+	afterSuiteMu    sync.Mutex
+	afterSuiteFuncs []func()
+)
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	afterSuiteMu.Lock()
+	for _, f := range afterSuiteFuncs {
+		f()
+	}
+	afterSuiteMu.Unlock()
 	if sharedDaemon != nil {
 		if err := sharedDaemon.Daemon.Stop(stopGrace); err != nil {
 			fmt.Fprintf(os.Stderr, "shared %v\n", err)
