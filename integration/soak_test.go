@@ -255,7 +255,20 @@ func TestSoak300RunsAt16(t *testing.T) {
 		cgroups, procs := soakLeftovers(ids)
 		t.Fatalf("the warm-up left processes %v or cgroups %v", procs, cgroups)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The baseline is taken once the daemon is quiet: its prestarted
+	// jails refilled and its descriptor count steady (the server closes
+	// its side of the idle connections on its own time). No event says
+	// so; poll for it.
+	lastFDs := -1
+	quiet := func() bool {
+		n := openFDs(t, pid)
+		steady := n == lastFDs && len(idleInits(t, d)) == 2
+		lastFDs = n
+		return steady
+	}
+	if !waitFor(10*time.Second, quiet) {
+		t.Fatalf("the daemon did not settle before the baseline: %d fds, %d idle jails", openFDs(t, pid), len(idleInits(t, d)))
+	}
 	fdsBefore := openFDs(t, pid)
 	goroutinesBefore := scrapeMetrics(t, d.Socket)["go_goroutines"]
 	mountsBefore := mountCount(t)

@@ -17,6 +17,36 @@ import (
 
 const mib = 1 << 20
 
+// checkOOMScore: the daemon here runs with every capability, as root on a
+// host does (the development and CI machines lack CAP_SYS_RESOURCE, where
+// the root suite checks the same): no jail process can lower its own or
+// pid 1's oom_score_adj, nor does a program it starts.
+func checkOOMScore(ctx context.Context, d *daemonProc) (string, error) {
+	capEff, err := statusField(os.Getpid(), "CapEff")
+	if err != nil || len(capEff) == 0 {
+		return "", fmt.Errorf("read the guest's capabilities: %v", err)
+	}
+	res, err := d.run(ctx, &api.RunRequest{Code: `
+import subprocess, sys
+def lower(path):
+    try:
+        with open(path, "w") as f:
+            f.write("0")
+        return "lowered"
+    except OSError:
+        return "refused"
+print(open("/proc/self/oom_score_adj").read().strip(), lower("/proc/self/oom_score_adj"), lower("/proc/1/oom_score_adj"))
+print(subprocess.run([sys.executable, "-c", "print(open('/proc/self/oom_score_adj').read().strip())"], capture_output=True, text=True).stdout.strip())
+`, TimeoutMs: 60_000}, nil)
+	if err != nil {
+		return "", err
+	}
+	if want := "1000 refused refused\n1000\n"; res.Stdout != want || res.ExitCode != 0 {
+		return "", fmt.Errorf("stdout %q exit %d stderr %q; want %q", res.Stdout, res.ExitCode, lastLine(res.Stderr), want)
+	}
+	return "oom_score_adj stays 1000 in the program, pid 1 and a child (daemon CapEff " + capEff[0] + ")", nil
+}
+
 // checkMemory: a program that touches 1 GiB under a 128 MiB limit is killed
 // by the cgroup's OOM killer, the result says so, and the peak stayed at
 // the limit. The VM has more than 1 GiB free, so only the limit can stop

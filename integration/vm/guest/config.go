@@ -57,6 +57,7 @@ const (
 	CheckCPU         = "cpu-quota"            // two spinning processes under 0.5 CPU are throttled
 	CheckStats       = "stats-peak-cpu"       // memory peak and CPU time are read and sane
 	CheckKill        = "kill-detached"        // a setsid'd grandchild dies with the run on timeout
+	CheckOOMScore    = "oom-score-floor"      // with CAP_SYS_RESOURCE too, no jail process lowers its oom_score_adj
 	CheckCleanup     = "cleanup"              // no run cgroup or process left; SIGTERM exits 0
 	CheckCgroupTests = "cgroup-package-tests" // the cgroup package's root tests on v2
 )
@@ -72,7 +73,7 @@ const (
 
 // Checks lists every check the guest reports.
 var Checks = []string{
-	CheckBoot, CheckDaemon, CheckMemory, CheckPids, CheckCPU, CheckStats,
+	CheckBoot, CheckDaemon, CheckMemory, CheckPids, CheckCPU, CheckStats, CheckOOMScore,
 	CheckKill, CheckCleanup, CheckCgroupTests,
 }
 

@@ -72,6 +72,7 @@ func run(ctx context.Context, cfg Config, rep *reporter) {
 		{CheckCPU, checkCPU},
 		{CheckStats, checkStats},
 		{CheckKill, checkKillDetached},
+		{CheckOOMScore, checkOOMScore},
 		{CheckCleanup, checkCleanup},
 	} {
 		if err != nil {

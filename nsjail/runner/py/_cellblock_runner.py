@@ -35,10 +35,8 @@ def _import_cellblock():
 
 
 try:
-    import ast
     import json
     import time
-    import traceback
 
     cellblock, _channel = _import_cellblock()
 except BaseException as e:  # an unusable interpreter: say so, briefly
@@ -132,6 +130,39 @@ def _reexec(fd, raw, env):
         pass
 
 
+# Modules a run may need (ast for cells, traceback for exceptions),
+# imported while the runner waits for its run: in a jail started ahead of
+# the request they are free, in one started for it they would only delay
+# the program, which is waiting already.
+_PRELOAD = ("ast", "traceback")
+
+
+def _preload(fd):
+    """Import _PRELOAD while no run message is waiting on fd, then freeze
+    what exists: everything alive now is the interpreter's and the
+    runner's and lives to the end, so neither the program's collections
+    nor the final ones at exit need to walk it again (that saves a few ms
+    of every run's exit). The program's own objects are collected as
+    ever."""
+    try:
+        import select
+        for name in _PRELOAD:
+            if select.select([fd], [], [], 0)[0]:
+                break
+            __import__(name)
+    except Exception:
+        pass
+    _freeze()
+
+
+def _freeze():
+    try:
+        import gc
+        gc.freeze()
+    except (ImportError, AttributeError):  # gc.freeze is 3.7+
+        pass
+
+
 def _park(fd):
     """Move the channel to a high descriptor, close-on-exec, so that the
     program's own files get the numbers they would get under plain python
@@ -180,15 +211,12 @@ def _setup():
     # collections nor the final ones at exit walk it again (a few ms of
     # every run's exit). The program's own objects are collected as ever.
     try:
-        import gc
-        gc.freeze()
-    except (ImportError, AttributeError):  # gc.freeze is 3.7+
-        pass
-    try:
         if run_fd is None:
             ch.send({"type": "ready", "protocol": PROTOCOL, "python": sys.version.split()[0]})
+            _preload(fd)
             msg, raw = _recv_run(fd)
         else:
+            _freeze()
             mfd = int(run_fd)
             raw = _read_exact(mfd, os.fstat(mfd).st_size)
             os.close(mfd)
@@ -324,6 +352,7 @@ def _setup():
     ch.send({"type": "started"})
     try:
         if mode == "cell":
+            import ast
             tree = ast.parse(source, filename, "exec")
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = tree.body.pop()
@@ -377,7 +406,7 @@ def _exit_code(exc):
     return 1
 
 
-def _report(r, value, has_value, _dumps=json.dumps, _format=traceback.format_exception):
+def _report(r, value, has_value, _dumps=json.dumps):
     """Send what the run left: figures, the value, the exception, done.
     Quiet: nothing here may raise into the program's last moments."""
     ch = r.ch
@@ -415,7 +444,8 @@ def _report(r, value, has_value, _dumps=json.dumps, _format=traceback.format_exc
             if line is None and isinstance(exc, SyntaxError) and exc.filename == r.filename:
                 line = exc.lineno if type(exc.lineno) is int else None
             try:
-                tbtext = "".join(_format(t, exc, tb))
+                import traceback
+                tbtext = "".join(traceback.format_exception(t, exc, tb))
             except Exception:
                 tbtext = ""
             try:

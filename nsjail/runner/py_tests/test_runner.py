@@ -566,8 +566,12 @@ class ReexecTest(unittest.TestCase):
         self.assertEqual(len(r.of("started")), 1)
 
     def test_no_reexec_for_other_vars(self):
-        r = h.run("import sys\nprint(sys.modules.get('ast') is not None)", env=h.base_env(OTHER="1"))
+        # The first runner imports select to see whether its run is
+        # waiting (_preload); a re-executed one does not.
+        r = h.run("import sys\nprint(sys.modules.get('select') is not None)", env=h.base_env(OTHER="1"))
         self.assertEqual(r.stdout, b"True\n", r)
+        r = h.run("import sys\nprint(sys.modules.get('select') is not None)", env=h.base_env(PYTHONHASHSEED="0"))
+        self.assertEqual(r.stdout, b"False\n", r)
 
 
 if __name__ == "__main__":
