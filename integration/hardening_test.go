@@ -136,15 +136,7 @@ func TestMCPHTTPUnixSocket(t *testing.T) {
 	d := daemon(t)
 	// A directory uid 65534 may search, so that only the peer check
 	// stands in its way once the socket's mode lets it connect.
-	dir, err := os.MkdirTemp("", "cellblock-it-mcp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "mcp.sock")
+	path := filepath.Join(searchableDir(t, "cellblock-it-mcp-"), "mcp.sock")
 	_, logs := startMCPServing(t, "--socket", d.Socket, "--http", "unix:"+path)
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", path)

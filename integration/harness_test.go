@@ -172,13 +172,12 @@ func cgroupName(t *testing.T) string {
 	return "cellblock-" + name
 }
 
-// freshStateDir is a new state directory holding a hard-linked copy of the
-// shared daemon's rootfs store, so that a test's own daemon starts without
-// building a rootfs again yet shares no jail state.
-func freshStateDir(t *testing.T) string {
+// searchableDir is a new directory that every user may search (0755),
+// removed when the test ends: a state directory whose rootfs jails in a
+// user namespace must reach, or a socket's home for another uid.
+func searchableDir(t *testing.T, prefix string) string {
 	t.Helper()
-	daemon(t) // the shared daemon has built the store
-	dir, err := os.MkdirTemp("", "cellblock-it-state-")
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +185,16 @@ func freshStateDir(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// freshStateDir is a new state directory holding a hard-linked copy of the
+// shared daemon's rootfs store, so that a test's own daemon starts without
+// building a rootfs again yet shares no jail state.
+func freshStateDir(t *testing.T) string {
+	t.Helper()
+	daemon(t) // the shared daemon has built the store
+	dir := searchableDir(t, "cellblock-it-state-")
 	out, err := exec.Command("cp", "-al", filepath.Join(stateDir(t), "rootfs"), filepath.Join(dir, "rootfs")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("copy rootfs store: %v\n%s", err, out)

@@ -142,12 +142,9 @@ Square()
 	}
 }
 
-// The code can write anything to the runner's channel, close it, or take
-// over what the runner uses: each run still gets a correct result, and
-// the daemon stays healthy and serves the next run.
-func TestHostileToTheRunner(t *testing.T) {
-	d := daemon(t)
-	channel := `
+// findRunnerChannel is Python that sets fd to the runner's channel: the
+// process's highest socket descriptor.
+const findRunnerChannel = `
 import os
 def sockets():
     for f in os.listdir("/proc/self/fd"):
@@ -158,6 +155,13 @@ def sockets():
             pass  # listdir's own descriptor, gone already
 fd = max(sockets())
 `
+
+// The code can write anything to the runner's channel, close it, or take
+// over what the runner uses: each run still gets a correct result, and
+// the daemon stays healthy and serves the next run.
+func TestHostileToTheRunner(t *testing.T) {
+	d := daemon(t)
+	channel := findRunnerChannel
 	for _, c := range []struct {
 		name, code string
 		exit       int

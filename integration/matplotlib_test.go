@@ -186,14 +186,7 @@ func installMatplotlibPackages(t *testing.T) string {
 func matplotlibDaemon(t *testing.T) (*Daemon, *mplFixture) {
 	t.Helper()
 	f := matplotlibFixture(t)
-	state, err := os.MkdirTemp("", "cellblock-it-state-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if err := os.Chmod(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	state := searchableDir(t, "cellblock-it-state-")
 	if out, err := exec.Command("cp", "-al", f.store, filepath.Join(state, "rootfs")).CombinedOutput(); err != nil {
 		t.Fatalf("copy the rootfs store: %v\n%s", err, out)
 	}

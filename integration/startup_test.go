@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -12,15 +11,7 @@ import (
 // warnings such as "no CA bundle on the host" were lost in production.)
 func TestRootfsBuildIsLogged(t *testing.T) {
 	requireRoot(t)
-	state, err := os.MkdirTemp("", "cellblock-it-empty-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(state) })
-	if err := os.Chmod(state, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := startDaemon(t, "--state-dir", state, "--prestart", "0")
+	d := startDaemon(t, "--state-dir", searchableDir(t, "cellblock-it-empty-"), "--prestart", "0")
 	if log := d.Log(); !strings.Contains(log, `"msg":"rootfs built"`) {
 		t.Errorf("the daemon built its rootfs without logging it:\n%s", log)
 	}
