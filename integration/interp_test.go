@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -266,5 +267,32 @@ func TestRunnerOnEveryPython(t *testing.T) {
 	}
 	if seen < 2 {
 		t.Skipf("found %d CPython 3.8+ interpreters on this machine; want pyenv's and Debian's", seen)
+	}
+}
+
+// cellblock run -c CODE and cellblock run - behave as python -c and
+// python - do: sys.argv[0], sys.path[0], __file__ (none for -c,
+// "<stdin>" for -), and the traceback's file name.
+func TestCLIDashForms(t *testing.T) {
+	d := daemon(t)
+	code := "import sys; print(sys.argv, repr(sys.path[0]), '__file__' in globals()); 1/0"
+	for _, c := range []struct {
+		args  []string
+		stdin string
+		want  string
+		file  string
+	}{
+		{[]string{"-c", code, "a"}, "", "['-c', 'a'] '' False\n", `File "<string>", line 1`},
+		{[]string{"-", "b"}, code, "['-', 'b'] '' True\n", `File "<stdin>", line 1`}, // python sets __file__ to "<stdin>"
+	} {
+		cmd := exec.Command(bin(t, "cellblock"), append([]string{"--socket", d.Socket, "run"}, c.args...)...)
+		cmd.Stdin = strings.NewReader(c.stdin)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(out) != c.want || !strings.Contains(stderr.String(), c.file) {
+			t.Errorf("cellblock run %q: %v stdout %q stderr %q", c.args[0], err, out, stderr.String())
+		}
 	}
 }

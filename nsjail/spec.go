@@ -205,7 +205,11 @@ func (s *Spec) launch() *jailinit.Launch {
 	if s.Runner != nil {
 		return &jailinit.Launch{Stdin: s.Stdin}
 	}
-	script := path.Join(layout.Work, s.ScriptName)
+	name := s.ScriptName
+	if name == "-c" || name == "-" {
+		name = "main.py" // without the runner, a file all the same
+	}
+	script := path.Join(layout.Work, name)
 	argv := append([]string{s.Python}, s.PythonArgs...)
 	argv = append(argv, script)
 	argv = append(argv, s.Args...)
@@ -222,13 +226,22 @@ func (s *Spec) runMessage() runner.Run {
 	return runner.Run{
 		Mode:      s.Runner.Mode,
 		Code:      string(s.Script),
-		Argv0:     path.Join(layout.Work, s.ScriptName),
+		Argv0:     s.argv0(),
 		Argv:      s.Args,
 		Env:       env,
 		Inputs:    s.Runner.Inputs,
 		Limits:    s.Runner.Limits,
 		StdinNull: s.Stdin == nil,
 	}
+}
+
+// argv0 is what python is given for the program: the script's path in
+// the working directory, or "-c" or "-" for code given those ways.
+func (s *Spec) argv0() string {
+	if s.ScriptName == "-c" || s.ScriptName == "-" {
+		return s.ScriptName
+	}
+	return path.Join(layout.Work, s.ScriptName)
 }
 
 // initArgs is the jail's init's command line: in a runner jail, the

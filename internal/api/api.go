@@ -38,7 +38,9 @@ type RunRequest struct {
 	// Code is the Python source to run (required).
 	Code string `json:"code"`
 	// Filename is the script's name inside the jail's working directory,
-	// shown in tracebacks. Default "main.py".
+	// shown in tracebacks. Default "main.py". The names "-c" and "-" run
+	// the code as `python -c CODE` and `python -` do (sys.argv[0] and
+	// sys.path[0] as python sets them, no file written).
 	Filename string `json:"filename,omitempty"`
 	// Args are passed to the program as sys.argv[1:].
 	Args []string `json:"args,omitempty"`

@@ -124,7 +124,7 @@ func TestRunStreams(t *testing.T) {
 	}
 	want := api.RunRequest{
 		Code:         "print(1)",
-		Filename:     "main.py",
+		Filename:     "-c",
 		Args:         []string{"x", "--json"},
 		Python:       "3.12",
 		Env:          map[string]string{"A": "1", "FROM_CLIENT": "v"},
@@ -154,7 +154,7 @@ func TestRunFile(t *testing.T) {
 
 	// Code on stdin, and stdin for the program.
 	runCLI(context.Background(), "print(2)\n", nil, "run", "--socket", d.socket, "-", "a").check(t, "", "", 0)
-	if req, _ := d.lastRequest(t); req.Code != "print(2)\n" || req.Filename != "main.py" || req.Stdin != "" {
+	if req, _ := d.lastRequest(t); req.Code != "print(2)\n" || req.Filename != "-" || req.Stdin != "" {
 		t.Errorf("request = %+v", req)
 	}
 	runCLI(context.Background(), "42\n", nil, "run", "--socket", d.socket, "-i", "-c", "input()").check(t, "", "", 0)

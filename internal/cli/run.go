@@ -71,8 +71,8 @@ Exit status:
 `
 }
 
-// defaultFilename is the script's name in the jail for -c and stdin code,
-// and for files whose own name would not do.
+// defaultFilename is the script's name in the jail for files whose own
+// name would not do.
 const defaultFilename = "main.py"
 
 // runOptions is cellblock run's parsed command line.
@@ -320,12 +320,14 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 func (o *runOptions) request(ctx context.Context, inv *invocation) (*api.RunRequest, error) {
 	req := o.req
 	req.Args = o.args
-	req.Filename = defaultFilename
+	// As python names them: sys.argv[0] is "-c" or "-", and no file.
+	req.Filename = "-c"
 	source := "-c"
 	switch {
 	case o.codeSet:
 		req.Code = o.code
 	case o.script == "-":
+		req.Filename = "-"
 		source = "standard input"
 		if o.stdin {
 			return nil, errors.New("-i/--stdin cannot be used with -: standard input holds the code")

@@ -233,17 +233,17 @@ func TestRequest(t *testing.T) {
 		name:  "code",
 		args:  []string{"-c", "print(1)", "x"},
 		stdin: "not read",
-		want:  api.RunRequest{Code: "print(1)", Filename: "main.py", Args: []string{"x"}},
+		want:  api.RunRequest{Code: "print(1)", Filename: "-c", Args: []string{"x"}},
 	}, {
 		name:  "code on stdin",
 		args:  []string{"-", "x"},
 		stdin: "import sys\n",
-		want:  api.RunRequest{Code: "import sys\n", Filename: "main.py", Args: []string{"x"}},
+		want:  api.RunRequest{Code: "import sys\n", Filename: "-", Args: []string{"x"}},
 	}, {
 		name:  "stdin for the program",
 		args:  []string{"-i", "-c", "input()"},
 		stdin: "42\n",
-		want:  api.RunRequest{Code: "input()", Filename: "main.py", Stdin: "42\n"},
+		want:  api.RunRequest{Code: "input()", Filename: "-c", Stdin: "42\n"},
 	}, {
 		name: "empty file runs like python's",
 		args: []string{empty},
@@ -251,7 +251,7 @@ func TestRequest(t *testing.T) {
 	}, {
 		name: "empty -c",
 		args: []string{"-c", ""},
-		want: api.RunRequest{Code: "\n", Filename: "main.py"},
+		want: api.RunRequest{Code: "\n", Filename: "-c"},
 	}, {
 		name: "missing file",
 		args: []string{filepath.Join(dir, "nope.py")},
