@@ -513,16 +513,7 @@ func TestRootReimportChangedSource(t *testing.T) {
 	}
 	// Pretend the interpreter was updated in place.
 	metaPath := filepath.Join(dir, p1.ID, metaFileName)
-	m, err := readMeta(metaPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.SourceStamp.Size--
-	os.Chmod(metaPath, 0o644)
-	os.Remove(metaPath)
-	if err := writeMeta(metaPath, m); err != nil {
-		t.Fatal(err)
-	}
+	m := rewriteMeta(t, metaPath, func(m *metadata) { m.SourceStamp.Size-- })
 	p2, err := s.Import(context.Background(), host.Executable)
 	if err != nil {
 		t.Fatal(err)
@@ -707,17 +698,7 @@ func TestRootUpgradeOlderFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metaPath := filepath.Join(dir, p1.ID, metaFileName)
-	m, err := readMeta(metaPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Format = formatVersion - 1
-	os.Chmod(metaPath, 0o644)
-	os.Remove(metaPath)
-	if err := writeMeta(metaPath, m); err != nil {
-		t.Fatal(err)
-	}
+	rewriteMeta(t, filepath.Join(dir, p1.ID, metaFileName), func(m *metadata) { m.Format = formatVersion - 1 })
 	if ps, _ := s.List(); len(ps) != 0 {
 		t.Fatalf("an entry of an older format is listed: %+v", ps)
 	}
@@ -735,4 +716,21 @@ func TestRootUpgradeOlderFormat(t *testing.T) {
 	if done, err := s.Upgrade(context.Background()); len(done) != 0 || err != nil {
 		t.Errorf("second Upgrade = %q, %v", done, err)
 	}
+}
+
+// rewriteMeta changes a stored rootfs's metadata file (read-only, as the
+// store leaves it) with change, and returns what it wrote.
+func rewriteMeta(t *testing.T, path string, change func(*metadata)) *metadata {
+	t.Helper()
+	m, err := readMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(m)
+	os.Chmod(path, 0o644)
+	os.Remove(path)
+	if err := writeMeta(path, m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
