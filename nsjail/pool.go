@@ -85,15 +85,9 @@ func (p *Pool) Take(spec *Spec) *Jail {
 	// Dead jails go; of the live ones, one whose interpreter is up
 	// already is best, else the oldest (its Python has had the longest to
 	// start, and is still well ahead of a jail built now).
-	live := p.ready[:0]
-	for _, j := range p.ready {
-		if j.alive() {
-			live = append(live, j)
-		} else {
-			go p.discard(j)
-		}
+	for _, j := range p.dropDead() {
+		go p.discard(j)
 	}
-	p.ready = live
 	pick := -1
 	for i, j := range p.ready {
 		if j.isWarm() {
@@ -230,6 +224,17 @@ func (p *Pool) fill() {
 // prune drops ready jails whose init has died.
 func (p *Pool) prune() {
 	p.mu.Lock()
+	dead := p.dropDead()
+	p.mu.Unlock()
+	for _, j := range dead {
+		p.log.Warn("a prestarted jail died while it waited", "jail", j.ID())
+		p.discard(j)
+	}
+}
+
+// dropDead takes the jails whose init has exited out of the ready list
+// and returns them; p.mu is held.
+func (p *Pool) dropDead() []*Jail {
 	var dead []*Jail
 	live := p.ready[:0]
 	for _, j := range p.ready {
@@ -240,9 +245,5 @@ func (p *Pool) prune() {
 		}
 	}
 	p.ready = live
-	p.mu.Unlock()
-	for _, j := range dead {
-		p.log.Warn("a prestarted jail died while it waited", "jail", j.ID())
-		p.discard(j)
-	}
+	return dead
 }
