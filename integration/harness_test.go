@@ -417,54 +417,16 @@ func jailProcesses() []string {
 // requests (nsjail.Pool).
 const prestartPrefix = "pre-"
 
-// idleInit reports whether pid is the init of a prestarted jail that is
-// still waiting for its program: cellblock-init (comm "init") that still
-// holds its launch socket (descriptor 3, closed once the program is
-// handed over), whose only child, if any, is the runner it started with
-// the jail, with no children of its own.
+// idleInit and idleJailMember are daemontest's, for the pids the suite
+// reads from /proc and cgroup.procs as strings.
 func idleInit(pid string) bool {
-	comm, err := os.ReadFile("/proc/" + pid + "/comm")
-	if err != nil || strings.TrimSpace(string(comm)) != "init" {
-		return false
-	}
-	if _, err := os.Stat("/proc/" + pid + "/fd/3"); err != nil {
-		return false
-	}
-	kids := children(pid)
-	return len(kids) == 0 || len(kids) == 1 && idleRunner(kids[0])
+	n, err := strconv.Atoi(pid)
+	return err == nil && daemontest.IdleInit(n)
 }
 
-// idleRunner reports whether pid is a runner (the jail's Python running
-// cellblock's runner) that has started nothing.
-func idleRunner(pid string) bool {
-	cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline")
-	return err == nil && strings.Contains(string(cmdline), "_cellblock_runner.py") && len(children(pid)) == 0
-}
-
-// children are the pids of pid's children, all threads' together.
-func children(pid string) []string {
-	var kids []string
-	tasks, _ := filepath.Glob("/proc/" + pid + "/task/*/children")
-	for _, t := range tasks {
-		c, _ := os.ReadFile(t)
-		kids = append(kids, strings.Fields(string(c))...)
-	}
-	return kids
-}
-
-// idleJailMember reports whether pid belongs to a prestarted jail that
-// waits for a run: its idle init, or the runner of one.
 func idleJailMember(pid string) bool {
-	if idleInit(pid) {
-		return true
-	}
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return false
-	}
-	// The parent's pid is the 4th field, after the command in parentheses.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(fields) > 1 && idleRunner(pid) && idleInit(fields[1])
+	n, err := strconv.Atoi(pid)
+	return err == nil && daemontest.IdleJailMember(n)
 }
 
 // ourJailProcesses is jailProcesses limited to those in a cgroup of one

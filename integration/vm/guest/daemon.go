@@ -204,49 +204,11 @@ func idleJailProcs(dir string) int {
 		return 0
 	}
 	for _, pid := range pids {
-		if !idleInit(pid) && !idleRunner(pid) {
+		if !daemontest.IdleInit(pid) && !daemontest.IdleRunner(pid) {
 			return 0
 		}
 	}
 	return len(pids)
-}
-
-// idleInit reports whether pid is cellblock-init (comm "init") still
-// holding its launch socket (descriptor 3, closed once the program is
-// handed over) with at most its idle runner as a child: a prestarted
-// jail's init still waiting for its program.
-func idleInit(pid int) bool {
-	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil || strings.TrimSpace(string(comm)) != "init" {
-		return false
-	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d/fd/3", pid)); err != nil {
-		return false
-	}
-	kids := children(pid)
-	return len(kids) == 0 || len(kids) == 1 && idleRunner(kids[0])
-}
-
-// idleRunner reports whether pid is a jail's runner (Python running
-// cellblock's runner) that has started nothing.
-func idleRunner(pid int) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return err == nil && strings.Contains(string(cmdline), "_cellblock_runner.py") && len(children(pid)) == 0
-}
-
-// children are the pids of pid's children, all threads' together.
-func children(pid int) []int {
-	var kids []int
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, t := range tasks {
-		c, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(c)) {
-			if k, err := strconv.Atoi(f); err == nil {
-				kids = append(kids, k)
-			}
-		}
-	}
-	return kids
 }
 
 // cgroupProcs lists the pids in dir and every cgroup below it.
