@@ -107,10 +107,10 @@ func TestForkBomb(t *testing.T) {
 	var n int
 	fmt.Sscanf(res.Stdout[strings.Index(res.Stdout, "after")+6:], "%d", &n)
 	// The limit is the program's own: Python and 31 children. The jail's
-	// init (6 to 9 threads of its own) is not counted against it; one
-	// thread it might start late is tolerated.
-	if n != 31 && n != 30 {
-		t.Errorf("%d children under a limit of 32 tasks, want 31 (30 at worst)", n)
+	// init (5 or 6 threads of its own) is not counted against it, and it
+	// starts none once the program runs.
+	if n != 31 {
+		t.Errorf("%d children under a limit of 32 tasks, want 31", n)
 	}
 	// The sleeping children died with the run.
 	if procs := runProcesses(); len(procs) > 0 {

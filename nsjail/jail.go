@@ -447,8 +447,8 @@ func (j *Jail) awaitReady() (*bufio.Reader, error) {
 
 // limitRun puts spec's limits on the cgroup of a jail whose init is ready
 // and starts accounting, and returns the limits it set. The program's
-// tasks limit goes on top of the init's threads (its Go runtime's, 6 to
-// 9). The init may still start a thread or two while it starts the
+// tasks limit goes on top of the init's threads (its Go runtime's, 5 or
+// 6). The init may still start a thread or two while it starts the
 // program (seen in fresh jails), so they get room now and the limit is
 // made exact once the program runs (exactTasksLimit).
 func (j *Jail) limitRun(spec *Spec) (cgroup.Limits, error) {

@@ -46,6 +46,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 )
 
@@ -123,6 +124,10 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "cellblock-init: prctl(PR_SET_DUMPABLE, 0): %v\n", errno)
 		return ExitSetupFailed
 	}
+	// One P: the init never has work for two threads at once, and with
+	// more the runtime may start a thread whenever two goroutines wake
+	// together, after the daemon counted them (see reap).
+	runtime.GOMAXPROCS(1)
 	// Non-blocking, so that waiting on it parks a goroutine instead of
 	// blocking a thread, which would make the runtime start another: the
 	// init's threads count against the jail's tasks limit.
@@ -139,10 +144,14 @@ func Main(args []string) int {
 	// as it costs a millisecond or two.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	// SIGCHLD, asked for before any fork so that no death goes unseen:
+	// the init reaps when told to, never in a blocking wait4 (see reap).
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
 	var pid int
 	var code int
 	if runner != nil {
-		pid, code = runRunner(ctl, runner)
+		pid, code = runRunner(ctl, runner, chld)
 	} else {
 		pid, code = runProgram(ctl)
 	}
@@ -157,24 +166,39 @@ func Main(args []string) int {
 		}
 	}()
 	for {
-		var ws syscall.WaitStatus
-		wpid, err := syscall.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
+		if code, done := reap(pid); done {
+			return code
 		}
-		if err != nil {
+		<-chld
+	}
+}
+
+// reap reaps every child that has ended, without blocking, and says
+// whether the program was one of them, with the init's exit code. It
+// never blocks in wait4: a thread blocked in a system call makes the Go
+// runtime start another one for its other goroutines, and the daemon
+// counts the init's threads when the program starts to set the jail's
+// tasks limit on top of them. A thread started later would take one of
+// the program's tasks (seen in CI: a fork under pids 2 failed at once).
+func reap(pid int) (int, bool) {
+	for {
+		var ws syscall.WaitStatus
+		wpid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
 			// ECHILD: nothing left, which cannot happen before the
 			// program itself was reaped.
-			return ExitSetupFailed
-		}
-		if wpid != pid {
+			return ExitSetupFailed, true
+		case wpid == 0:
+			return 0, false
+		case wpid != pid:
 			continue // an orphan: reaped, nothing more to do
-		}
-		switch {
 		case ws.Exited():
-			return ws.ExitStatus()
+			return ws.ExitStatus(), true
 		case ws.Signaled():
-			return 128 + int(ws.Signal())
+			return 128 + int(ws.Signal()), true
 		}
 	}
 }
@@ -230,17 +254,13 @@ func runProgram(ctl *os.File) (int, int) {
 // itself goes to the runner over its channel. A runner that dies first
 // has run nothing (ExitNotLaunched). It returns the runner's pid, or 0
 // and the init's exit code.
-func runRunner(ctl *os.File, argv []string) (int, int) {
+func runRunner(ctl *os.File, argv []string, chld <-chan os.Signal) (int, int) {
 	// Python's standard input is a pipe from the start; its data comes
 	// with the Launch.
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return 0, failed(ctl, fmt.Errorf("stdin pipe: %w", err))
 	}
-	// SIGCHLD, to notice a runner that dies while the jail waits; asked
-	// for before the fork so that no death goes unseen.
-	chld := make(chan os.Signal, 1)
-	signal.Notify(chld, syscall.SIGCHLD)
 	// Came through exec: only its copy as RunnerChildFD may reach Python.
 	syscall.CloseOnExec(RunnerFD)
 	env := append(os.Environ(), fmt.Sprintf("%s=%d", RunnerFDEnv, RunnerChildFD))
@@ -274,7 +294,6 @@ func runRunner(ctl *os.File, argv []string) (int, int) {
 				}
 				return 0, failed(ctl, err)
 			}
-			signal.Stop(chld)
 			go func() {
 				// As for a program's stdin: EPIPE if it stops reading.
 				_, _ = stdinW.Write(l.Stdin)
