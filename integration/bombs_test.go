@@ -106,11 +106,10 @@ func TestForkBomb(t *testing.T) {
 	}
 	var n int
 	fmt.Sscanf(res.Stdout[strings.Index(res.Stdout, "after")+6:], "%d", &n)
-	// The limit is the program's own: Python and 31 children. The jail's
-	// init (5 or 6 threads of its own) is not counted against it, and it
-	// starts none once the program runs.
-	if n != 31 {
-		t.Errorf("%d children under a limit of 32 tasks, want 31", n)
+	// The limit is the program's own: Python and 31 children, and the
+	// one task of room for a thread the jail's init may start late.
+	if n != 31 && n != 32 {
+		t.Errorf("%d children under a limit of 32 tasks, want 31 (32 when the init's room is free)", n)
 	}
 	// The sleeping children died with the run.
 	if procs := runProcesses(); len(procs) > 0 {

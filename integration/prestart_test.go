@@ -159,10 +159,10 @@ except RuntimeError:
 print(n)
 `, Pids: 8}, true)
 	// Python's main thread and 7 more: the init's own threads do not
-	// count against the program's limit (one it might start late is
-	// tolerated).
-	if got := strings.TrimSpace(res.Stdout); res.ExitCode != 0 || (got != "7" && got != "6") {
-		t.Errorf("threads under pids 8 in a prestarted jail: exit %d stdout %q stderr %q; want 7 started", res.ExitCode, res.Stdout, res.Stderr)
+	// count against the program's limit (and its room for a late thread
+	// may give one more).
+	if got := strings.TrimSpace(res.Stdout); res.ExitCode != 0 || (got != "7" && got != "8") {
+		t.Errorf("threads under pids 8 in a prestarted jail: exit %d stdout %q stderr %q; want 7 started (8 at most)", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	res = prestarted(&api.RunRequest{Code: "import os; print(os.environ['OMP_NUM_THREADS'], os.environ['MINE'])", CPUs: 2, Env: map[string]string{"MINE": "yes"}}, true)
 	if res.Stdout != "2 yes\n" {
@@ -257,10 +257,12 @@ sys.exit(3)
 
 	// A jail built for its request is built under a roomier tasks limit
 	// than a small one the program asks for, which then is the program's
-	// alone: with 2, Python forks one child and no second.
+	// alone: with 2, Python forks one child (two with the init's room for
+	// a late thread), never none and never three.
 	res = run(t, d, &api.RunRequest{Code: forkBombCode, Pids: 2})
-	if !strings.HasPrefix(res.Stdout, "fork failed after 1 children: Resource temporarily unavailable") {
-		t.Errorf("fork bomb under pids 2 in a fresh jail: exit %d stdout %q stderr %q; want 1 child, then EAGAIN", res.ExitCode, res.Stdout, res.Stderr)
+	if !strings.HasPrefix(res.Stdout, "fork failed after 1 children: Resource temporarily unavailable") &&
+		!strings.HasPrefix(res.Stdout, "fork failed after 2 children: Resource temporarily unavailable") {
+		t.Errorf("fork bomb under pids 2 in a fresh jail: exit %d stdout %q stderr %q; want 1 or 2 children, then EAGAIN", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
 

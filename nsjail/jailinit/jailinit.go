@@ -46,7 +46,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"syscall"
 )
 
@@ -124,10 +123,6 @@ func Main(args []string) int {
 		fmt.Fprintf(os.Stderr, "cellblock-init: prctl(PR_SET_DUMPABLE, 0): %v\n", errno)
 		return ExitSetupFailed
 	}
-	// One P: the init never has work for two threads at once, and with
-	// more the runtime may start a thread whenever two goroutines wake
-	// together, after the daemon counted them (see reap).
-	runtime.GOMAXPROCS(1)
 	// Non-blocking, so that waiting on it parks a goroutine instead of
 	// blocking a thread, which would make the runtime start another: the
 	// init's threads count against the jail's tasks limit.
