@@ -38,6 +38,19 @@ func readString(dir, name string) (string, error) {
 	return string(bytes.TrimSpace(b)), err
 }
 
+// readInt reads a control file that holds one integer.
+func readInt(dir, name string) (int64, error) {
+	v, err := readString(dir, name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", filepath.Join(dir, name), err)
+	}
+	return n, nil
+}
+
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil

@@ -198,38 +198,39 @@ func (r *Root) createV1(c *Cgroup, l Limits) error {
 }
 
 func (c *Cgroup) statsV1() (Stats, error) {
-	cg := c.cg1
-	if cg == nil {
-		var err error
-		cg, err = cgroup1.Load(c.root.v1Path(c.id))
+	// Only the files a run reports, read directly: the library's Stat
+	// reads every controller's (blkio's and memory.stat's among them),
+	// which took a millisecond or more on the answer's path.
+	var st Stats
+	if dir := c.dirFor("cpuacct"); dir != "" {
+		ns, err := readInt(dir, "cpuacct.usage")
 		if err != nil {
 			return Stats{}, err
 		}
+		st.CPUTime = time.Duration(ns)
 	}
-	m, err := cg.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return Stats{}, err
-	}
-	var st Stats
-	if m.Memory != nil && m.Memory.Usage != nil {
-		st.MemoryPeakBytes = int64(m.Memory.Usage.Max)
-	}
-	if m.CPU != nil && m.CPU.Usage != nil {
-		st.CPUTime = time.Duration(m.CPU.Usage.Total) // cpuacct.usage, ns
-	}
-	if m.MemoryOomControl != nil {
-		st.OOMKilled = m.MemoryOomControl.OomKill > 0
-	}
-	if mem := c.dirFor("memory"); mem != "" && !st.OOMKilled {
-		// Kernels before 4.13 have no oom_kill counter; there the best
-		// sign is that the limit was hit at all.
-		_, found, err := readKeyed(mem, "memory.oom_control", "oom_kill")
-		if err == nil && !found && m.Memory != nil && m.Memory.Usage != nil {
-			st.OOMKilled = m.Memory.Usage.Failcnt > 0
+	if dir := c.dirFor("memory"); dir != "" {
+		peak, err := readInt(dir, "memory.max_usage_in_bytes")
+		if err != nil {
+			return Stats{}, err
 		}
+		st.MemoryPeakBytes = peak
+		n, found, err := readKeyed(dir, "memory.oom_control", "oom_kill")
+		if err != nil {
+			return Stats{}, err
+		}
+		if !found {
+			// Kernels before 4.13 have no oom_kill counter; there the
+			// best sign is that the limit was hit at all.
+			n, err = readInt(dir, "memory.failcnt")
+			if err != nil {
+				return Stats{}, err
+			}
+		}
+		st.OOMKilled = n > 0
 	}
-	if p := c.dirFor("pids"); p != "" {
-		n, _, err := readKeyed(p, "pids.events", "max")
+	if dir := c.dirFor("pids"); dir != "" {
+		n, _, err := readKeyed(dir, "pids.events", "max")
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return Stats{}, err
 		}

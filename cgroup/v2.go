@@ -133,41 +133,42 @@ func (r *Root) createV2(c *Cgroup, l Limits) error {
 }
 
 func (c *Cgroup) statsV2() (Stats, error) {
-	m := c.cg2
-	if m == nil {
-		var err error
-		m, err = cgroup2.Load(c.LibcontainerPath(), cgroup2.WithMountpoint(c.root.v2.mountpoint))
-		if err != nil {
-			return Stats{}, err
-		}
-	}
-	ms, err := m.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
+	// Only the files a run reports, read directly (memory.stat, which the
+	// library parses whole, is not one of them).
+	dir := c.dirs[0]
+	var st Stats
+	// cpu.stat's usage is there with or without the cpu controller.
+	us, _, err := readKeyed(dir, "cpu.stat", "usage_usec")
 	if err != nil {
 		return Stats{}, err
 	}
-	var st Stats
-	if ms.Memory != nil {
-		if c.peakFile != nil {
+	st.CPUTime = time.Duration(us) * time.Microsecond
+	if c.v2ctl.memory {
+		var err error
+		switch {
+		case c.peakFile != nil:
 			// Reset by StartAccounting: this descriptor's own peak.
-			if st.MemoryPeakBytes, err = readPeak(c.peakFile); err != nil {
-				return Stats{}, err
-			}
-		} else if c.hasPeak {
-			st.MemoryPeakBytes = int64(ms.Memory.MaxUsage) // memory.peak, kernel >= 5.19
-		} else {
+			st.MemoryPeakBytes, err = readPeak(c.peakFile)
+		case c.hasPeak:
+			st.MemoryPeakBytes, err = readInt(dir, "memory.peak") // kernel >= 5.19
+		default:
 			// Without memory.peak the best there is: the highest
 			// memory.current any Stats call has seen.
-			c.peakSeen = max(c.peakSeen, int64(ms.Memory.Usage))
+			var cur int64
+			cur, err = readInt(dir, "memory.current")
+			c.peakSeen = max(c.peakSeen, cur)
 			st.MemoryPeakBytes = c.peakSeen
 		}
+		if err != nil {
+			return Stats{}, err
+		}
+		n, _, err := readKeyed(dir, "memory.events", "oom_kill")
+		if err != nil {
+			return Stats{}, err
+		}
+		st.OOMKilled = n > 0
 	}
-	if ms.CPU != nil {
-		st.CPUTime = time.Duration(ms.CPU.UsageUsec) * time.Microsecond
-	}
-	if ms.MemoryEvents != nil {
-		st.OOMKilled = ms.MemoryEvents.OomKill > 0
-	}
-	n, _, err := readKeyed(c.dirs[0], "pids.events", "max")
+	n, _, err := readKeyed(dir, "pids.events", "max")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Stats{}, err
 	}
