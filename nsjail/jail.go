@@ -64,6 +64,7 @@ type Jail struct {
 	stderrR   *os.File
 	exited    chan struct{}    // closed when the init has exited
 	state     *os.ProcessState // the init's exit status, set before exited closes
+	gone      chan struct{}    // closed when the jail is torn down
 	create    time.Duration
 	start     time.Duration
 
@@ -100,7 +101,7 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		return nil, fmt.Errorf("jail %s: %w", id, err)
 	}
 	t0 := time.Now()
-	j := &Jail{r: r, id: id, spec: *spec}
+	j := &Jail{r: r, id: id, spec: *spec, gone: make(chan struct{})}
 	limits := spec.Limits.cgroupLimits()
 	limits.Background = background
 	if limits.Pids > 0 {
@@ -262,6 +263,13 @@ func (j *Jail) claim() bool {
 	return free
 }
 
+// claimed reports whether the jail was launched or closed.
+func (j *Jail) claimed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.used
+}
+
 // kill kills every process of the jail (the init too, should the cgroup
 // kill fail) and waits until the init has exited.
 func (j *Jail) kill() error {
@@ -284,10 +292,12 @@ func (j *Jail) discard() error {
 	return j.teardown()
 }
 
-// teardown removes the cgroup, then the container. The cgroup goes first
-// so that it has one owner: libcontainer's own removal then finds nothing
-// left.
+// teardown removes the cgroup, then the container, and closes j.gone. The
+// cgroup goes first so that it has one owner: libcontainer's own removal
+// then finds nothing left. It runs once: a jail is launched or discarded,
+// and a failed build is neither.
 func (j *Jail) teardown() error {
+	defer close(j.gone)
 	var err error
 	if derr := j.cg.Delete(); derr != nil {
 		j.r.log.Error("delete jail cgroup", "jail", j.id, "err", derr)
@@ -306,7 +316,7 @@ func (j *Jail) teardown() error {
 // fit the jail (Spec.sameJail); its cgroup limits replace the jail's. An
 // error wrapping ErrNotLaunched means the program never started. Cancelling
 // ctx kills the run. A jail launches once; it is torn down afterwards
-// whatever happens.
+// whatever happens, after Launch returned (Runner.Wait waits for that).
 func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out *Outcome, err error) {
 	if !j.claim() {
 		return nil, fmt.Errorf("run %s: jail %s was used already", spec.ID, j.id)
@@ -317,7 +327,9 @@ func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out
 // launch carries out spec in three steps: hand the program over to the
 // init, supervise it until it ends (or its time is up, or ctx is
 // cancelled), and collect what it left. The jail is torn down afterwards
-// whatever happens.
+// whatever happens, in the background: the run's answer does not wait for
+// the removal of its cgroup and container (3 to 5 ms, more when a
+// successor is being built beside it), which nothing in the answer needs.
 func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *Outcome, err error) {
 	out := &Outcome{Phases: Phases{Create: j.create, Prestarted: j.prestarted}}
 	if j.prestarted {
@@ -325,13 +337,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		out.Phases.Create = 0
 	}
 	t1 := time.Now()
-	defer func() {
-		td := time.Now()
-		if derr := j.teardown(); derr != nil {
-			err = errors.Join(err, derr)
-		}
-		out.Phases.Teardown = time.Since(td)
-	}()
+	defer j.r.tearDownLater(j)
 	// The drains own the read ends from here.
 	defer j.stdoutR.Close()
 	defer j.stderrR.Close()
@@ -550,7 +556,10 @@ func (j *Jail) supervise(ctx context.Context, spec *Spec, start time.Time, out *
 }
 
 // collect gathers what the ended run left into out: its output, exit
-// status and the cgroup's statistics.
+// status and the cgroup's statistics, read from the live cgroup: the init
+// is gone, and with it every process of the run (the kernel kills a pid
+// namespace's processes when its init exits; they used their CPU time
+// before).
 func (j *Jail) collect(spec *Spec, s *streams, out *Outcome) {
 	tc := time.Now()
 	// The init is gone, so the pid namespace is empty and every write end
@@ -568,12 +577,6 @@ func (j *Jail) collect(spec *Spec, s *streams, out *Outcome) {
 	out.Stderr, out.StderrTruncated = s.stderr.bytes()
 	out.ExitCode = exitCode(j.state) // the init has exited either way
 
-	// Removing the cgroup keeps a final snapshot of its statistics, which
-	// is all a run reports: one read instead of two. Should the removal
-	// fail, Stats reads the live files and teardown tries again.
-	if derr := j.cg.Delete(); derr != nil {
-		j.r.log.Warn("delete run cgroup", "run", spec.ID, "jail", j.id, "err", derr)
-	}
 	st, serr := j.cg.Stats()
 	if serr != nil {
 		j.r.log.Warn("read run statistics", "run", spec.ID, "jail", j.id, "err", serr)

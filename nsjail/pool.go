@@ -202,9 +202,15 @@ func (p *Pool) fill() {
 			backoff = poolRetryMin
 			j.prestarted = true
 			// The one wake-up for this jail: when its init exits, whether
-			// its run is over or it died waiting, prune it and refill.
+			// its run is over or it died waiting, prune it and refill. A
+			// run's jail is torn down first, after the run's answer, so
+			// that neither the teardown nor the successor's build
+			// competes with it.
 			go func() {
 				<-j.exited
+				if j.claimed() {
+					<-j.gone
+				}
 				p.wake()
 			}()
 			p.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,6 +30,8 @@ type Runner struct {
 	runnerLib  string // host directory of the runner's files; "" for none
 	uid, gid   int    // the program's identity in the jail
 	log        *slog.Logger
+
+	teardowns sync.WaitGroup // jails being torn down after their run
 }
 
 // RunnerConfig configures a Runner.
@@ -90,6 +93,20 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	return r, nil
 }
 
+// tearDownLater tears j down in the background, after its run's answer.
+func (r *Runner) tearDownLater(j *Jail) {
+	r.teardowns.Add(1)
+	go func() {
+		defer r.teardowns.Done()
+		_ = j.teardown() // logged there
+	}()
+}
+
+// Wait waits until every launched jail is torn down. The daemon calls it
+// at shutdown, after the last run ended, so that no cgroup or container
+// outlives it.
+func (r *Runner) Wait() { r.teardowns.Wait() }
+
 // UserNamespace reports whether runs get a user namespace.
 func (r *Runner) UserNamespace() bool { return r.userns != nil }
 
@@ -141,7 +158,6 @@ type Phases struct {
 	// re-exec when the request's environment needs one.
 	Handover time.Duration
 	Collect  time.Duration // output drained, statistics read
-	Teardown time.Duration // cgroup and container removed
 }
 
 // Outcome is what a run produced.

@@ -132,6 +132,8 @@ type Phases struct {
 	// a request whose environment changes how Python starts, its restart).
 	HandoverUs int64 `json:"handover_us,omitempty"`
 	CollectUs  int64 `json:"collect_us"`
+	// TeardownUs is 0: the jail is torn down after the answer, which does
+	// not wait for it. Kept so that readers of the field still find it.
 	TeardownUs int64 `json:"teardown_us"`
 	// EnvUs is the time to get the run's dependency environment: a few
 	// microseconds for a cached one, the whole build otherwise.

@@ -80,8 +80,13 @@ func New(cfg Config, py rootfs.Python) (*Executor, error) {
 	return e, nil
 }
 
-// Close tears down the prestarted jails.
-func (e *Executor) Close() error { return e.pool.Close() }
+// Close tears down the prestarted jails and waits until the jails of
+// ended runs are torn down too.
+func (e *Executor) Close() error {
+	err := e.pool.Close()
+	e.runner.Wait()
+	return err
+}
 
 // PrestartReady is how many prestarted jails wait now.
 func (e *Executor) PrestartReady() int { return e.pool.Ready() }
@@ -152,7 +157,6 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 			ProgramUs:  out.Phases.Program.Microseconds(),
 			HandoverUs: out.Phases.Handover.Microseconds(),
 			CollectUs:  out.Phases.Collect.Microseconds(),
-			TeardownUs: out.Phases.Teardown.Microseconds(),
 			Prestarted: out.Phases.Prestarted,
 		},
 	}
