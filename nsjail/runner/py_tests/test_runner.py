@@ -111,6 +111,35 @@ CORPUS = [
      "import os, sys\nsys.stdout.flush()\npid = os.fork()\nif pid == 0:\n    raise ValueError('child')\n"
      "_, st = os.waitpid(pid, 0)\nprint('parent', os.WEXITSTATUS(st))\n", "FILE", [], b"", {}),
     ("os_exit_buffered", "import os\nprint('lost?', end='')\nos._exit(3)\n", "FILE", [], b"", {}),
+    # What python's finalization shows a program, which the runner's
+    # quick exit does itself (see _finish).
+    ("del_at_exit",
+     "class A:\n    def __init__(self, n):\n        self.n = n\n    def __del__(self):\n        print('del', self.n)\n"
+     "a = A(1)\nb = A(2)\n_c = A(3)\nprint('end', end='')\n", "FILE", [], b"", {}),
+    ("del_cycle_at_exit",
+     "class N:\n    def __del__(self):\n        print('del', self.name)\n"
+     "x = N()\nx.name, x.me = 'x', x\ndel x\ny = N()\ny.name, y.me = 'y', y\nprint('end')\n", "FILE", [], b"", {}),
+    ("del_raises_at_exit",
+     "class A:\n    def __del__(self):\n        raise ValueError('in del')\na = A()\nprint('end')\n", "FILE", [], b"", {}),
+    ("del_after_exception",
+     "class A:\n    def __del__(self):\n        print('del A')\ndef f():\n    a = A()\n    1/0\nf()\n", "FILE", [], b"", {}),
+    ("del_after_exit_code",
+     "import sys\nclass A:\n    def __del__(self):\n        print('del A')\na = A()\nsys.exit(6)\n", "FILE", [], b"", {}),
+    ("module_del_at_exit",
+     "import sys, types\nclass A:\n    def __init__(self, n):\n        self.n = n\n    def __del__(self):\n        print('del', self.n)\n"
+     "m = types.ModuleType('mine')\nsys.modules['mine'] = m\nm.a = A('in mine')\ndel m\nb = A('in main')\nprint('end')\n",
+     "FILE", [], b"", {}),
+    ("weakref_finalize_at_exit",
+     "import weakref\nclass A:\n    pass\na = A()\nweakref.finalize(a, print, 'finalized')\nprint('end')\n",
+     "FILE", [], b"", {}),
+    ("daemon_thread_at_exit",
+     "import threading, time\nclass A:\n    def __del__(self):\n        print('del A')\na = A()\n"
+     "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\nprint('end')\n", "FILE", [], b"", {}),
+    ("unclosed_file_at_exit",
+     "f = open('/dev/stdout', 'w')\nf.write('written, never closed\\n')\n", "FILE", [], b"", {}),
+    ("unclosed_file_in_json_at_exit",
+     "import json\njson.f = open('/dev/stdout', 'w')\njson.f.write('kept by a module the runner imported\\n')\n",
+     "FILE", [], b"", {}),
     ("signal_handler",
      "import os, signal\nsignal.signal(signal.SIGUSR1, lambda s, f: print('got', s, f.f_code.co_name))\n"
      "os.kill(os.getpid(), signal.SIGUSR1)\nprint('after')\n", "FILE", [], b"", {}),
