@@ -173,6 +173,8 @@ CORPUS = [
      "import os, time\nprint(os.environ.get('FOO'), os.environ.get('MPLBACKEND'), time.tzname)\n"
      "print(sorted(k for k in os.environ if k.startswith(('PYTHON', 'LC_', 'LANG', 'CELLBLOCK'))))\n",
      "FILE", [], b"", {"FOO": "bar", "TZ": "EST+05EDT,M3.2.0,M11.1.0"}),
+    ("env_tz", "import time\nprint(time.strftime('%H %Z', time.localtime(0)), time.timezone)\n", "FILE", [], b"",
+     {"TZ": "XYZ+3"}),
     ("env_hashseed", "print(hash('abc'), hash(b'xyz'))\n", "FILE", [], b"", {"PYTHONHASHSEED": "42"}),
     ("env_ioencoding", "import sys\nprint(sys.stdout.encoding, '\\u00e9')\n", "FILE", [], b"",
      {"PYTHONIOENCODING": "latin-1"}),
