@@ -414,7 +414,8 @@ func envIDs(t *testing.T, d *Daemon) map[string]int {
 // environment lives only while a run holds it, and a held one is never
 // evicted to make room for another.
 func TestDepsEviction(t *testing.T) {
-	d, _ := depsDaemon(t, false, "--env-cache-size", "1")
+	// Without jails kept for other shapes, which would hold environments.
+	d, _ := depsDaemon(t, false, "--env-cache-size", "1", "--prestart-shapes", "0")
 	// A long run holds cbgamma 1.0's environment until it is cancelled.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

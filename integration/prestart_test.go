@@ -59,7 +59,8 @@ func idleInits(t *testing.T, d *Daemon) []int {
 }
 
 func TestPrestartedJails(t *testing.T) {
-	d := startDaemon(t)
+	// Other shapes' jails are TestPrestartedJailsForOtherShapes's.
+	d := startDaemon(t, "--prestart-shapes", "0")
 	waitPrestarted(t, d)
 	info, err := d.Client.Info(context.Background())
 	if err != nil {

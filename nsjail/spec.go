@@ -253,6 +253,20 @@ func (s *Spec) initArgs() []string {
 	return []string{layout.Init, jailinit.RunnerFlag, s.Python, layout.RunnerScript}
 }
 
+// Shape names what sameJail compares: two specs with the same Shape can
+// use each other's jails. It is a key for pools, not for display.
+func (s *Spec) Shape() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rootfs=%q tmp=%d nofile=%d hostnet=%t", s.Rootfs, s.Limits.TmpBytes, s.Limits.OpenFiles, s.HostNetwork)
+	if s.Runner != nil {
+		fmt.Fprintf(&b, " runner=%q", s.Python)
+	}
+	for _, m := range s.Mounts {
+		fmt.Fprintf(&b, " mount=%q:%q:%t", m.Source, m.Destination, m.Writable)
+	}
+	return b.String()
+}
+
 // sameJail reports whether a jail built for s can carry out o: everything
 // fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits and
 // network) must be equal. The program, its environment and the cgroup

@@ -145,3 +145,45 @@ func TestCappedBuffer(t *testing.T) {
 		t.Errorf("kept %q truncated %v", got, truncated)
 	}
 }
+
+// Shape is equal exactly when sameJail says two specs share jails.
+func TestShapeMatchesSameJail(t *testing.T) {
+	base := validSpec()
+	base.Runner = &RunnerSpec{Mode: "script"}
+	same := map[string]func(*Spec){
+		"code":   func(s *Spec) { s.Script = []byte("print(2)") },
+		"env":    func(s *Spec) { s.Env = map[string]string{"A": "b"} },
+		"limits": func(s *Spec) { s.Limits.MemoryBytes, s.Limits.Pids, s.Limits.Timeout = 1<<30, 3, time.Hour },
+		"stdin":  func(s *Spec) { s.Stdin = []byte("x") },
+		"id":     func(s *Spec) { s.ID = "other" },
+	}
+	other := map[string]func(*Spec){
+		"rootfs":   func(s *Spec) { s.Rootfs = "/var/lib/cellblock/rootfs/y" },
+		"python":   func(s *Spec) { s.Python = "/usr/bin/python3.12" },
+		"tmp":      func(s *Spec) { s.Limits.TmpBytes = 2 << 20 },
+		"nofile":   func(s *Spec) { s.Limits.OpenFiles = 65 },
+		"network":  func(s *Spec) { s.HostNetwork = true },
+		"mount":    func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/usr/lib/cellblock-env"}} },
+		"writable": func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/d", Writable: true}} },
+		"runner":   func(s *Spec) { s.Runner = nil },
+	}
+	for want, cases := range map[bool]map[string]func(*Spec){true: same, false: other} {
+		for what, mutate := range cases {
+			o := *base
+			mutate(&o)
+			if got := base.sameJail(&o); got != want {
+				t.Errorf("%s: sameJail %v, want %v", what, got, want)
+			}
+			if got := base.Shape() == o.Shape(); got != want {
+				t.Errorf("%s: equal shapes %v, want %v:\n%s\n%s", what, got, want, base.Shape(), o.Shape())
+			}
+		}
+	}
+	// Mounts that differ only in their writable flag are other jails.
+	a, b := *base, *base
+	a.Mounts = []Mount{{Source: "/e", Destination: "/d"}}
+	b.Mounts = []Mount{{Source: "/e", Destination: "/d", Writable: true}}
+	if a.Shape() == b.Shape() || a.sameJail(&b) {
+		t.Errorf("a writable mount shares jails with a read-only one")
+	}
+}

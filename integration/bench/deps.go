@@ -113,3 +113,48 @@ func depsBench(c *client.Client, n int) error {
 		ms(median(cached)-median(plain)), ms(cold-median(plain)))
 	return nil
 }
+
+// warmDepsBench compares, on the daemon with prestarted jails, cached runs
+// of the PEP 723 script in the jail kept for its shape with the same
+// program without dependencies in a default one, interleaved, each after
+// both kinds of jail are ready again.
+func warmDepsBench(d *benchDaemon, n int) error {
+	ctx := context.Background()
+	const body = "import cbbench\nprint(cbbench.answer())\n"
+	withDeps := &api.RunRequest{Code: "# /// script\n# dependencies = [\"cbbench\"]\n# ///\n" + body}
+	without := &api.RunRequest{Code: "def answer():\n    return 42\nprint(answer())\n"}
+	timed := func(req *api.RunRequest) (time.Duration, error) {
+		if err := d.settleShapes(1); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		res, err := d.Client.Run(ctx, req)
+		took := time.Since(start)
+		if err == nil && (res.Error != nil || res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "42" || !res.Phases.Prestarted) {
+			err = fmt.Errorf("warm run failed or not prestarted: %+v", res)
+		}
+		return took, err
+	}
+	// The first run makes the daemon keep a jail of the script's shape.
+	if _, err := d.Client.Run(ctx, withDeps); err != nil {
+		return err
+	}
+	var deps, plain []time.Duration
+	for i := 0; i < n; i++ {
+		t, err := timed(withDeps)
+		if err != nil {
+			return err
+		}
+		deps = append(deps, t)
+		if t, err = timed(without); err != nil {
+			return err
+		}
+		plain = append(plain, t)
+	}
+	fmt.Printf("\nthe same script in prestarted jails (API calls, %d interleaved runs):\n\n", n)
+	fmt.Println("| run | median | p90 | vs no dependencies |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| one cached dependency, in the jail kept for its shape | %s | %s | %.2f× |\n", ms(median(deps)), ms(percentile(deps, 0.9)), float64(median(deps))/float64(median(plain)))
+	fmt.Printf("| no dependencies, a default jail | %s | %s | 1.00× |\n", ms(median(plain)), ms(percentile(plain, 0.9)))
+	return nil
+}

@@ -211,8 +211,11 @@ func run() error {
 		}
 	}
 	// Dependencies on the fresh-jail daemon, so that runs with and
-	// without an environment are built the same way.
-	return depsBench(fresh.Client, *n)
+	// without an environment are built the same way; then warm.
+	if err := depsBench(fresh.Client, *n); err != nil {
+		return err
+	}
+	return warmDepsBench(pre, *n)
 }
 
 // phaseTable breaks n API calls on d down by the daemon's phases.
@@ -300,14 +303,18 @@ func (d *benchDaemon) stop() {
 
 // settle waits until every prestarted jail is ready again, so that no
 // refill runs during a measurement.
-func (d *benchDaemon) settle() error {
+func (d *benchDaemon) settle() error { return d.settleShapes(0) }
+
+// settleShapes is settle that also waits until shapes jails of other
+// shapes are ready.
+func (d *benchDaemon) settleShapes(shapes int) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		info, err := d.Client.Info(context.Background())
 		if err != nil {
 			return err
 		}
-		if info.PrestartReady >= info.Prestart {
+		if info.PrestartReady >= info.Prestart && info.PrestartShapesReady >= shapes {
 			return nil
 		}
 		if time.Now().After(deadline) {

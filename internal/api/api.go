@@ -174,10 +174,15 @@ type Info struct {
 	QueueSize     int `json:"queue_size"`
 	Running       int `json:"running"`
 	Queued        int `json:"queued"`
-	// Prestart jails are kept started ahead of requests; PrestartReady
-	// of them are waiting now.
+	// Prestart jails are kept started ahead of requests for runs of the
+	// default shape (default Python, no dependencies, default tmp size);
+	// PrestartReady of them are waiting now.
 	Prestart      int `json:"prestart"`
 	PrestartReady int `json:"prestart_ready"`
+	// PrestartShapes other shapes of jail that runs used keep one
+	// prestarted jail each; PrestartShapesReady are waiting now.
+	PrestartShapes      int `json:"prestart_shapes"`
+	PrestartShapesReady int `json:"prestart_shapes_ready"`
 	// Filesystem describes what a run may write.
 	Filesystem string `json:"filesystem"`
 	// Dependencies describes how dependency environments are built.

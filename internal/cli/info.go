@@ -99,6 +99,9 @@ func writeInfo(w io.Writer, info *api.Info) {
 	}
 	if info.Prestart > 0 {
 		fmt.Fprintf(tw, "prestarted jails\t%d kept ready for runs on the default Python without dependencies (%d ready now)\n", info.Prestart, info.PrestartReady)
+		if info.PrestartShapes > 0 {
+			fmt.Fprintf(tw, "\tand one each for up to %d other shapes (another Python, dependencies, tmp size) that runs used lately (%d ready now)\n", info.PrestartShapes, info.PrestartShapesReady)
+		}
 	} else {
 		fmt.Fprintf(tw, "prestarted jails\tnone: each jail is built when its request arrives\n")
 	}

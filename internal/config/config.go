@@ -25,7 +25,12 @@ const (
 	DefaultShutdownGrace = 30 * time.Second
 	DefaultOpenFiles     = 1024
 	DefaultPrestart      = 2
-	MaxPrestart          = 64
+	// DefaultPrestartShapes other shapes of jail keep one prestarted jail
+	// each, for DefaultPrestartIdle after their last run.
+	DefaultPrestartShapes = 4
+	MaxPrestartShapes     = 64
+	DefaultPrestartIdle   = 10 * time.Minute
+	MaxPrestart           = 64
 
 	// DefaultAuditLogName is the audit log's file in the state directory.
 	DefaultAuditLogName     = "audit.log"
@@ -95,8 +100,14 @@ type Config struct {
 	// Prestart is how many jails are kept built and started ahead of
 	// requests, for runs on the default Python with no dependencies and
 	// the default tmp size; each carries out one run and is then torn
-	// down. 0 builds every jail when its request arrives.
+	// down. 0 builds every jail when its request arrives, of any shape.
 	Prestart int
+	// PrestartShapes is how many other shapes of jail (another Python,
+	// dependencies, another tmp size) keep one prestarted jail each once
+	// a run used them, the least recently used giving way; PrestartIdle
+	// is how long a shape keeps it without a run.
+	PrestartShapes int
+	PrestartIdle   time.Duration
 	// QueueSize is how many runs may wait for a slot; beyond it the daemon
 	// answers 429.
 	QueueSize int
@@ -154,16 +165,18 @@ type Config struct {
 func Default() Config {
 	cpus := float64(runtime.NumCPU())
 	return Config{
-		Socket:        DefaultSocket,
-		StateDir:      DefaultStateDir,
-		SocketGroup:   DefaultSocketGroup,
-		CgroupName:    DefaultCgroupName,
-		QueueSize:     DefaultQueueSize,
-		Prestart:      DefaultPrestart,
-		UserNS:        "auto",
-		UserNSBase:    DefaultUserNSBase,
-		ShutdownGrace: DefaultShutdownGrace,
-		LogFormat:     "auto",
+		Socket:         DefaultSocket,
+		StateDir:       DefaultStateDir,
+		SocketGroup:    DefaultSocketGroup,
+		CgroupName:     DefaultCgroupName,
+		QueueSize:      DefaultQueueSize,
+		Prestart:       DefaultPrestart,
+		PrestartShapes: DefaultPrestartShapes,
+		PrestartIdle:   DefaultPrestartIdle,
+		UserNS:         "auto",
+		UserNSBase:     DefaultUserNSBase,
+		ShutdownGrace:  DefaultShutdownGrace,
+		LogFormat:      "auto",
 
 		EnvCacheSize:      DefaultEnvCacheSize,
 		DisplayItemBytes:  DefaultDisplayItemBytes,
@@ -212,6 +225,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Prestart < 0 || c.Prestart > MaxPrestart {
 		errs = append(errs, fmt.Errorf("--prestart %d must be between 0 and %d", c.Prestart, MaxPrestart))
+	}
+	if c.PrestartShapes < 0 || c.PrestartShapes > MaxPrestartShapes {
+		errs = append(errs, fmt.Errorf("--prestart-shapes %d must be between 0 and %d", c.PrestartShapes, MaxPrestartShapes))
+	}
+	if c.PrestartIdle < time.Second || c.PrestartIdle > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--prestart-idle %s must be between 1s and 24h", c.PrestartIdle))
 	}
 	if c.QueueSize < 0 || c.QueueSize > 100000 {
 		errs = append(errs, fmt.Errorf("--queue %d must be between 0 and 100000", c.QueueSize))

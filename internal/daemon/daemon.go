@@ -227,16 +227,18 @@ func run(cfg config.Config, log *slog.Logger) error {
 	}
 	defer dm.Close()
 	exec, err := runs.New(runs.Config{
-		Version:   Version,
-		Store:     store,
-		Runner:    runner,
-		Cgroups:   cgRoot,
-		Deps:      dm,
-		Defaults:  cfg.Defaults,
-		Prestart:  cfg.Prestart,
-		OpenFiles: config.DefaultOpenFiles,
-		Reports:   reportLimits(cfg),
-		Log:       log,
+		Version:        Version,
+		Store:          store,
+		Runner:         runner,
+		Cgroups:        cgRoot,
+		Deps:           dm,
+		Defaults:       cfg.Defaults,
+		Prestart:       cfg.Prestart,
+		PrestartShapes: cfg.PrestartShapes,
+		PrestartIdle:   cfg.PrestartIdle,
+		OpenFiles:      config.DefaultOpenFiles,
+		Reports:        reportLimits(cfg),
+		Log:            log,
 	}, py)
 	if err != nil {
 		return err

@@ -106,6 +106,8 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.StringVar(&cfg.InitBinary, "init-binary", cfg.InitBinary, "path of cellblock-init (default: beside cellblockd)")
 	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "runs executing at once (default: number of CPUs)")
 	fs.IntVar(&cfg.Prestart, "prestart", cfg.Prestart, "jails kept started ahead of requests, each used by one run (0: build every jail on request)")
+	fs.IntVar(&cfg.PrestartShapes, "prestart-shapes", cfg.PrestartShapes, "other shapes of jail (another Python, dependencies, another tmp size) that keep one prestarted jail each after a run used them (0: none)")
+	fs.DurationVar(&cfg.PrestartIdle, "prestart-idle", cfg.PrestartIdle, "how long a shape other than the default keeps its prestarted jail without a run")
 	fs.IntVar(&cfg.QueueSize, "queue", cfg.QueueSize, "runs that may wait for a slot before the daemon answers 429")
 	fs.StringVar(&cfg.UserNS, "userns", cfg.UserNS, "user namespaces: auto, on or off")
 	fs.Int64Var(&cfg.UserNSBase, "userns-base", cfg.UserNSBase, "first host uid/gid of the jails' 65536 ids")

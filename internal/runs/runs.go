@@ -37,8 +37,14 @@ type Config struct {
 	// jails are built for them.
 	Defaults api.Limits
 	// Prestart jails are kept ready for runs on the default Python with
-	// no dependencies and the default limits; 0 keeps none.
+	// no dependencies and the default limits; 0 keeps none, of any shape.
 	Prestart int
+	// PrestartShapes is how many other shapes of jail (another Python,
+	// dependencies, another tmp size) keep one prestarted jail each after
+	// a run used them; PrestartIdle is how long one keeps it without a
+	// run.
+	PrestartShapes int
+	PrestartIdle   time.Duration
 	// OpenFiles is every run's RLIMIT_NOFILE.
 	OpenFiles uint64
 	// Reports caps what a run's runner may send back: display items,
@@ -57,6 +63,9 @@ type Executor struct {
 	deps   *deps.Manager
 	// pool holds jails started ahead of requests; nil with Prestart 0.
 	pool *nsjail.Pool
+	// defaultShape is pool's shape; shapes keeps jails of the others.
+	defaultShape string
+	shapes       *shapes
 }
 
 // New returns an executor for cfg and starts keeping cfg.Prestart jails
@@ -76,6 +85,10 @@ func New(cfg Config, py rootfs.Python) (*Executor, error) {
 			return nil, fmt.Errorf("prestart jails: %w", err)
 		}
 		e.pool = pool
+		e.defaultShape = spec.Shape()
+		if cfg.PrestartShapes > 0 {
+			e.shapes = newShapes(e, cfg.PrestartShapes, cfg.PrestartIdle)
+		}
 	}
 	return e, nil
 }
@@ -83,12 +96,14 @@ func New(cfg Config, py rootfs.Python) (*Executor, error) {
 // Close tears down the prestarted jails and waits until the jails of
 // ended runs are torn down too.
 func (e *Executor) Close() error {
+	e.shapes.close()
 	err := e.pool.Close()
 	e.runner.Wait()
 	return err
 }
 
-// PrestartReady is how many prestarted jails wait now.
+// PrestartReady is how many prestarted jails of the default shape wait
+// now.
 func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
 // Execute implements server.Executor.
@@ -101,7 +116,13 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	}
 	defer env.Release()
 	spec := e.spec(id, py, req, l, env.Mounts())
-	out, err := e.run(ctx, spec, onOutput)
+	var j *nsjail.Jail
+	if e.pool != nil && spec.Shape() == e.defaultShape {
+		j = e.pool.Take(spec)
+	} else {
+		j = e.shapes.take(spec, py, req, l)
+	}
+	out, err := e.run(ctx, j, spec, onOutput)
 	if err != nil {
 		return nil, err
 	}
@@ -117,16 +138,16 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	return res, nil
 }
 
-// run carries out spec in a prestarted jail when one fits, else in one
-// built for it now. A jail that fails before the program starts is
+// run carries out spec in j, a prestarted jail that fits it, or without
+// one (nil) in a jail built for it now. A jail that fails before the program starts is
 // replaced once by a fresh one: nothing has run twice, and neither a
 // prestarted jail whose init died nor a rare failure of libcontainer's
 // start (seen once in CI, its nsexec stages losing their sync socket)
 // fails the request.
-func (e *Executor) run(ctx context.Context, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
+func (e *Executor) run(ctx context.Context, j *nsjail.Jail, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
 	var out *nsjail.Outcome
 	var err error
-	if j := e.pool.Take(spec); j != nil {
+	if j != nil {
 		out, err = j.Launch(ctx, spec, onOutput)
 	} else {
 		out, err = e.runner.Run(ctx, spec, onOutput)
@@ -223,9 +244,10 @@ func (e *Executor) Info() api.Info {
 		Network:       "none: a private network namespace with only loopback",
 		Filesystem: "read-only root; writable tmpfs at " + layout.Tmp + ", " + layout.Work +
 			" (the working directory and HOME) and " + layout.Shm + ", each of tmp_bytes",
-		Prestart:      e.cfg.Prestart,
-		PrestartReady: e.pool.Ready(),
-		Dependencies:  e.deps.Info(),
+		Prestart:            e.cfg.Prestart,
+		PrestartReady:       e.PrestartReady(),
+		PrestartShapesReady: e.shapes.ready(),
+		Dependencies:        e.deps.Info(),
 		Display: &api.DisplayCaps{
 			Items: e.cfg.Reports.DisplayItems, ItemBytes: e.cfg.Reports.DisplayItemBytes,
 			TotalBytes: e.cfg.Reports.DisplayTotalBytes, ReprBytes: e.cfg.Reports.ReprBytes,
@@ -238,6 +260,9 @@ func (e *Executor) Info() api.Info {
 	}
 	for _, p := range pys {
 		info.Pythons = append(info.Pythons, api.Python{ID: p.ID, Version: p.Version, Default: p.Default})
+	}
+	if e.shapes != nil {
+		info.PrestartShapes = e.shapes.max
 	}
 	return info
 }
@@ -252,11 +277,15 @@ func (e *Executor) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api
 
 // RemoveEnv implements server.EnvManager.
 func (e *Executor) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error) {
+	// Waiting jails hold their environments; the next run of their shape
+	// starts them again.
+	e.shapes.dropEnvironments()
 	return e.deps.Remove(id)
 }
 
 // PruneEnvs implements server.EnvManager.
 func (e *Executor) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
+	e.shapes.dropEnvironments()
 	return e.deps.Prune()
 }
 
