@@ -248,13 +248,15 @@ func TestSoak300RunsAt16(t *testing.T) {
 		t.Fatalf("the warm-up left processes %v or cgroups %v", procs, cgroups)
 	}
 	// The baseline is taken once the daemon is quiet: its prestarted
-	// jails refilled and its descriptor count steady (the server closes
+	// jails refilled, the default shape's two and one for the "tmp"
+	// kind's shape, and its descriptor count steady (the server closes
 	// its side of the idle connections on its own time). No event says
 	// so; poll for it.
 	lastFDs := -1
 	quiet := func() bool {
 		n := openFDs(t, pid)
-		steady := n == lastFDs && len(idleInits(t, d)) == 2
+		info, err := d.Client.Info(context.Background())
+		steady := err == nil && n == lastFDs && info.PrestartReady == 2 && info.PrestartShapesReady == 1 && len(idleInits(t, d)) == 3
 		lastFDs = n
 		return steady
 	}

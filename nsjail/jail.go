@@ -590,9 +590,8 @@ func (j *Jail) collect(spec *Spec, s *streams, out *Outcome) {
 
 // exactTasksLimit lowers the tasks limit to the program's own on top of
 // the init's threads and lateThreadRoom, now that the program has
-// started. It counts the
-// init's threads rather than the cgroup's tasks, which can be higher for
-// a moment just then (seen under TCG on 6.12: two more tasks at the
+// started. It counts the init's threads rather than the cgroup's tasks,
+// which can be higher for a moment just then (seen under TCG on 6.12: two more tasks at the
 // answer than the init kept). Python takes milliseconds to start and
 // forks nothing before its program runs, well after this. Should it fail,
 // the run keeps the limit with the init's room in it.
