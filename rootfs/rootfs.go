@@ -9,10 +9,10 @@
 // ELF headers as the dynamic loader would) and the loader itself in
 // /usr/lib/<multiarch>, a minimal /etc (passwd, group, hosts, nsswitch.conf,
 // an empty resolv.conf, the CA bundle), time zone data, and empty
-// mountpoints for the jail (/tmp, /work, /dev, /proc, /.cellblock/init).
-// What the jail expects to find (the mountpoints, the /etc files and the
-// accounts in them) is package nsjail/layout's; this package only lays it
-// down.
+// mountpoints for the jail (layout.MountPoints: /tmp, /work, /dev, /proc,
+// the init's and the runner's directories). What the jail expects to find
+// (the mountpoints, the /etc files and the accounts in them) is package
+// nsjail/layout's; this package only lays it down.
 //
 // The store directory holds one directory per rootfs, named by its ID:
 //

@@ -10,13 +10,10 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -181,7 +178,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
 	}
 
-	runnerLib, err := installRunner(cfg.StateDir)
+	runnerLib, err := runnerfiles.Install(filepath.Join(cfg.StateDir, "runner"))
 	if err != nil {
 		return err
 	}
@@ -367,61 +364,6 @@ func lockStateDir(dir string) (func(), error) {
 		return nil, fmt.Errorf("state dir lock: %w", err)
 	}
 	return func() { f.Close() }, nil
-}
-
-// installRunner puts the runner's files (package runner) under the state
-// directory, read-only, in a directory named by their hash, and returns
-// it: a daemon of another version finds its own files, and a run never
-// sees a half-written one. Directories of other versions are removed.
-func installRunner(stateDir string) (string, error) {
-	h := sha256.New()
-	files := runnerfiles.Files()
-	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(files, p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s %d\n", p, len(b))
-		h.Write(b)
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	parent := filepath.Join(stateDir, "runner")
-	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:16])
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if entries, err := os.ReadDir(parent); err == nil {
-		for _, e := range entries {
-			if p := filepath.Join(parent, e.Name()); p != dir {
-				rootfs.RemoveTree(p)
-			}
-		}
-	}
-	if _, err := os.Stat(dir); err == nil {
-		return dir, nil
-	}
-	tmp, err := os.MkdirTemp(parent, ".new-")
-	if err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if err := runnerfiles.WriteFiles(tmp); err != nil {
-		rootfs.RemoveTree(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		rootfs.RemoveTree(tmp)
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	return dir, nil
 }
 
 // reportLimits caps what a run's runner may send back, from the

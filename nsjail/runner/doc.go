@@ -1,7 +1,7 @@
 // Package runner owns cellblock's in-jail Python runner and the daemon's side
 // of its protocol (PROTOCOL.md): the embedded Python files
 // (_cellblock_runner.py and the cellblock package) that the daemon puts at
-// LibDir in every jail, the message types, a strict frame reader, and the
+// layout.RunnerDir in every jail (Install), the message types, a strict frame reader, and the
 // Collector that turns the runner's messages for one run into validated
 // results (Value, Exception, Display).
 //

@@ -1,11 +1,15 @@
 package runner
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/cellblock/cellblock/rootfs"
 )
 
 // pyFiles holds the runner and the cellblock package, under "py".
@@ -14,10 +18,6 @@ import (
 var pyFiles embed.FS
 
 const (
-	// LibDir is where the jail has Files, read-only; PYTHONPATH includes it.
-	LibDir = "/usr/lib/cellblock"
-	// RunnerPath is the runner program in the jail: run as `python RunnerPath`.
-	RunnerPath = LibDir + "/_cellblock_runner.py"
 	// EnvFD names the environment variable that holds the channel's
 	// descriptor number when the runner starts.
 	EnvFD = "CELLBLOCK_RUNNER_FD"
@@ -26,7 +26,7 @@ const (
 	MPLBackend = "module://cellblock._mpl_backend"
 )
 
-// Files returns the files to put at LibDir: _cellblock_runner.py and
+// Files returns the files to put at layout.RunnerDir: _cellblock_runner.py and
 // cellblock/*.py.
 func Files() fs.FS {
 	sub, err := fs.Sub(pyFiles, "py")
@@ -38,7 +38,7 @@ func Files() fs.FS {
 
 // WriteFiles writes Files into dir, which it creates if needed: files
 // mode 0444, directories 0555, for the daemon to bind-mount read-only at
-// LibDir. dir must not exist or be empty.
+// layout.RunnerDir. dir must not exist or be empty.
 func WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write runner files: %w", err)
@@ -75,4 +75,59 @@ func WriteFiles(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Install puts Files, read-only, in a directory under parent named by
+// their hash, and returns that directory: a daemon of another version
+// finds its own files, and a jail never sees a half-written one. It
+// removes the directories of other versions under parent, which belongs
+// to one daemon (its state directory is locked).
+func Install(parent string) (string, error) {
+	h := sha256.New()
+	files := Files()
+	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d\n", p, len(b))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:16])
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if entries, err := os.ReadDir(parent); err == nil {
+		for _, e := range entries {
+			if p := filepath.Join(parent, e.Name()); p != dir {
+				rootfs.RemoveTree(p)
+			}
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	tmp, err := os.MkdirTemp(parent, ".new-")
+	if err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	if err := WriteFiles(tmp); err != nil {
+		rootfs.RemoveTree(tmp)
+		return "", err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		rootfs.RemoveTree(tmp)
+		return "", fmt.Errorf("runner files: %w", err)
+	}
+	return dir, nil
 }
