@@ -22,9 +22,15 @@ const mib = 1 << 20
 // the root suite checks the same): no jail process can lower its own or
 // pid 1's oom_score_adj, nor does a program it starts.
 func checkOOMScore(ctx context.Context, d *daemonProc) (string, error) {
-	capEff, err := statusField(os.Getpid(), "CapEff")
+	capEff, err := statusField(d.Cmd.Process.Pid, "CapEff")
 	if err != nil || len(capEff) == 0 {
-		return "", fmt.Errorf("read the guest's capabilities: %v", err)
+		return "", fmt.Errorf("read the daemon's capabilities: %v", err)
+	}
+	// The host suite checks a daemon without CAP_SYS_RESOURCE; this one
+	// is the case with it, where libcontainer's write sets a floor.
+	const capSysResource = 24
+	if caps, err := strconv.ParseUint(capEff[0], 16, 64); err != nil || caps&(1<<capSysResource) == 0 {
+		return "", fmt.Errorf("the guest's daemon lacks CAP_SYS_RESOURCE (CapEff %s, %v): this check is for a daemon with it", capEff[0], err)
 	}
 	res, err := d.run(ctx, &api.RunRequest{Code: `
 import subprocess, sys
