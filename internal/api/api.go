@@ -59,6 +59,10 @@ type RunRequest struct {
 	// Inputs are bound as globals (and cellblock.inputs) before the code
 	// runs, in both modes: name to any JSON value.
 	Inputs map[string]json.RawMessage `json:"inputs,omitempty"`
+	// Session runs the code in that session's interpreter (see
+	// SessionRequest), which keeps its globals between runs. Python,
+	// dependencies, env and the session-wide limits may not be set then.
+	Session string `json:"session,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -119,6 +123,8 @@ type Result struct {
 	Exception *Exception `json:"exception,omitempty"`
 	// Display is the program's rich output, in order.
 	Display []DisplayItem `json:"display,omitempty"`
+	// Session is the session the run ran in, after it; nil outside one.
+	Session *SessionState `json:"session,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -311,6 +317,9 @@ func (r *RunRequest) Validate() *Error {
 		}
 	}
 	if err := r.validateInterp(); err != nil {
+		return err
+	}
+	if err := r.validateSessionRun(); err != nil {
 		return err
 	}
 	for _, c := range []struct {

@@ -27,6 +27,11 @@ const (
 	ErrUnavailable   ErrorType = "unavailable"      // the daemon is shutting down (503)
 	ErrInternal      ErrorType = "internal"         // the daemon failed (500)
 	ErrCanceled      ErrorType = "canceled"         // the caller went away
+
+	// Sessions (see SessionRequest).
+	ErrSessionNotFound ErrorType = "session_not_found" // unknown, expired, deleted, or another uid's (404)
+	ErrSessionBusy     ErrorType = "session_busy"      // another run in it is in progress (409)
+	ErrSessionLost     ErrorType = "session_lost"      // its interpreter died; delete it (410)
 )
 
 // Error implements error, so that a class can be wrapped with %w and

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -104,6 +105,9 @@ func schemaDrift(path string, schema map[string]any, typ reflect.Type, nullable 
 	}
 	switch typ.Kind() {
 	case reflect.Struct:
+		if typ == timeType {
+			break // encoded as an RFC 3339 string
+		}
 		props, _ := schema["properties"].(map[string]any)
 		fields := jsonFields(typ)
 		for name, f := range fields {
@@ -144,8 +148,14 @@ func schemaDrift(path string, schema map[string]any, typ reflect.Type, nullable 
 	return out
 }
 
+// timeType encodes as a string, not as the struct it is.
+var timeType = reflect.TypeOf(time.Time{})
+
 // jsonType is the JSON Schema type of a Go type's encoding.
 func jsonType(t reflect.Type) string {
+	if t == timeType {
+		return "string"
+	}
 	switch t.Kind() {
 	case reflect.Bool:
 		return "boolean"

@@ -424,6 +424,16 @@ func resultSchema() map[string]any {
 				},
 				"required": []string{"type", "message", "traceback", "line"},
 			},
+			"session": map[string]any{
+				"type":        "object",
+				"description": "the session the code ran in, after the run: its id, how many runs it has carried out, its state (alive, or lost when its interpreter died and its variables are gone) and when it expires unless used again",
+				"properties": map[string]any{
+					"id":              typed("string", "the session's id"),
+					"execution_count": typed("integer", "runs carried out in the session so far"),
+					"state":           typed("string", "alive or lost"),
+					"expires_at":      typed("string", "when the session ends unless another run comes first (RFC 3339)"),
+				},
+			},
 			"display": map[string]any{
 				"type":        "array",
 				"description": "rich output in order: plots and objects shown with cellblock.display or left as the last expression",

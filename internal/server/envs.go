@@ -30,7 +30,7 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("GET "+api.PathEnvs, func(w http.ResponseWriter, r *http.Request) {
 		list, err := em.Envs(r.Context())
-		s.writeEnvResult(w, r, list, err)
+		s.writeReply(w, r, list, err)
 	})
 	mux.HandleFunc("POST "+api.PathEnvs, func(w http.ResponseWriter, r *http.Request) {
 		if s.isDraining() {
@@ -57,20 +57,20 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 		stop := context.AfterFunc(s.runs, cancel)
 		defer stop()
 		res, err := em.BuildEnv(ctx, &req)
-		s.writeEnvResult(w, r, res, err)
+		s.writeReply(w, r, res, err)
 	})
 	mux.HandleFunc("DELETE "+api.PathEnvs+"/{id}", func(w http.ResponseWriter, r *http.Request) {
 		res, err := em.RemoveEnv(r.Context(), r.PathValue("id"))
-		s.writeEnvResult(w, r, res, err)
+		s.writeReply(w, r, res, err)
 	})
 	mux.HandleFunc("POST "+api.PathEnvsPrune, func(w http.ResponseWriter, r *http.Request) {
 		res, err := em.PruneEnvs(r.Context())
-		s.writeEnvResult(w, r, res, err)
+		s.writeReply(w, r, res, err)
 	})
 }
 
-// writeEnvResult answers r with v, or with the error's class and status.
-func (s *Server) writeEnvResult(w http.ResponseWriter, r *http.Request, v any, err error) {
+// writeReply answers r with v, or with the error's class and status.
+func (s *Server) writeReply(w http.ResponseWriter, r *http.Request, v any, err error) {
 	if err == nil {
 		writeJSON(w, http.StatusOK, v)
 		return

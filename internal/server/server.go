@@ -96,6 +96,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathInfo, s.handleInfo)
 	mux.HandleFunc("GET "+api.PathHealth, s.handleHealth)
 	s.registerEnvs(mux)
+	s.registerSessions(mux)
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
@@ -256,7 +257,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		sw = newStreamWriter(w)
 		onOutput = sw.output
 	}
-	res, err := s.exec.Execute(ctx, id, req, limits, onOutput)
+	res, err := s.execute(ctx, peer, id, req, limits, onOutput)
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
@@ -349,10 +350,12 @@ func StatusOf(t api.ErrorType) int {
 		return http.StatusUnprocessableEntity
 	case api.ErrForbidden:
 		return http.StatusForbidden
-	case api.ErrNotFound:
+	case api.ErrNotFound, api.ErrSessionNotFound:
 		return http.StatusNotFound
-	case api.ErrInUse:
+	case api.ErrInUse, api.ErrSessionBusy:
 		return http.StatusConflict
+	case api.ErrSessionLost:
+		return http.StatusGone
 	case api.ErrBusy:
 		return http.StatusTooManyRequests
 	case api.ErrUnavailable:

@@ -50,6 +50,10 @@ type Daemon struct {
 	info     api.Info
 	requests []Request
 	canceled chan string
+
+	sessions    map[string]*fakeSession
+	sessionReqs []api.SessionRequest
+	sessionSeq  int
 }
 
 // gracePeriod is how long the server lets runs finish when the test ends.
