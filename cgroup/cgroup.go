@@ -137,6 +137,28 @@ func (c *Cgroup) StartAccounting() error {
 	return nil
 }
 
+// MemoryUsage is the memory the cgroup's processes hold now (v2
+// memory.current, v1 memory.usage_in_bytes); 0 without a memory
+// controller.
+func (c *Cgroup) MemoryUsage() (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.deleted {
+		return 0, fmt.Errorf("memory of cgroup for run %s: deleted", c.id)
+	}
+	if c.root.mode == ModeV2 {
+		if !c.v2ctl.memory {
+			return 0, nil
+		}
+		return readInt(c.dirs[0], "memory.current")
+	}
+	dir := c.dirFor("memory")
+	if dir == "" {
+		return 0, nil
+	}
+	return readInt(dir, "memory.usage_in_bytes")
+}
+
 // Procs returns the pids of all processes in the run's cgroups (in any
 // hierarchy, including sub-cgroups), sorted. After Delete it returns none.
 func (c *Cgroup) Procs() ([]int, error) {

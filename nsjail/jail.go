@@ -126,16 +126,8 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		return nil, fmt.Errorf("create jail %s: %w", id, err)
 	}
 	pipe := func(name string) (rd, wr *os.File, err error) {
-		rd, wr, err = os.Pipe()
+		rd, wr, err = r.outputPipe()
 		if err != nil {
-			return nil, nil, fmt.Errorf("jail %s: %s pipe: %w", id, name, err)
-		}
-		// The jail's user owns its output pipes, so that the program may
-		// open /dev/stdout or /proc/self/fd/2 again as on any host.
-		uid, gid := r.JailHostID()
-		if err := unix.Fchown(int(wr.Fd()), uid, gid); err != nil {
-			rd.Close()
-			wr.Close()
 			return nil, nil, fmt.Errorf("jail %s: %s pipe: %w", id, name, err)
 		}
 		return rd, wr, nil
@@ -219,6 +211,23 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		close(j.exited)
 	}()
 	return j, nil
+}
+
+// outputPipe is a pipe for a program's output: the jail's user owns it,
+// so that the program may open /dev/stdout or /proc/self/fd/2 again as on
+// any host.
+func (r *Runner) outputPipe() (rd, wr *os.File, err error) {
+	rd, wr, err = os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	uid, gid := r.JailHostID()
+	if err := unix.Fchown(int(wr.Fd()), uid, gid); err != nil {
+		rd.Close()
+		wr.Close()
+		return nil, nil, err
+	}
+	return rd, wr, nil
 }
 
 // isWarm reports whether the jail's interpreter is up: its runner said it
@@ -517,12 +526,18 @@ type streams struct {
 // drain reads both streams while the program runs, keeping at most limit
 // bytes of each and passing them to onOutput.
 func (j *Jail) drain(limit int64, onOutput OutputFunc) *streams {
+	return drainPipes(j.stdoutR, j.stderrR, limit, onOutput)
+}
+
+// drainPipes reads stdout and stderr to their ends, keeping at most limit
+// bytes of each and passing them to onOutput.
+func drainPipes(stdout, stderr io.Reader, limit int64, onOutput OutputFunc) *streams {
 	s := &streams{stdout: newCappedBuffer(limit), stderr: newCappedBuffer(limit)}
 	for _, st := range []struct {
 		name string
 		r    io.Reader
 		buf  *cappedBuffer
-	}{{"stdout", j.stdoutR, s.stdout}, {"stderr", j.stderrR, s.stderr}} {
+	}{{"stdout", stdout, s.stdout}, {"stderr", stderr, s.stderr}} {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

@@ -176,6 +176,9 @@ type Outcome struct {
 	// Runner is what the runner reported (validated, untrusted); nil for
 	// a run without it, or when nothing came.
 	Runner *runner.Result
+	// Lost: a run in a session whose interpreter died or had to be
+	// killed during the run (see Session.Run).
+	Lost bool
 }
 
 // OutputFunc receives output chunks while the program runs. It is called

@@ -58,6 +58,8 @@ type Entry struct {
 	CodeBytes  int    `json:"code_bytes"`
 	Code       string `json:"code,omitempty"`
 	Filename   string `json:"filename,omitempty"`
+	// Session is the session the run ran in, if any.
+	Session string `json:"session,omitempty"`
 	// Python is the interpreter the run used, else the version asked for.
 	Python string `json:"python,omitempty"`
 	// Requirements are the script's PEP 723 dependencies and the request's,
@@ -104,6 +106,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 			e.Code = req.Code
 		}
 		e.Filename = req.Filename
+		e.Session = req.Session
 		e.Python = req.Python
 		meta, _ := pep723.Parse(req.Code) // a malformed block is the executor's to report
 		e.Requirements = pep723.Merge(meta.Dependencies, req.Dependencies)

@@ -30,7 +30,14 @@ const (
 	DefaultPrestartShapes = 4
 	MaxPrestartShapes     = 64
 	DefaultPrestartIdle   = 10 * time.Minute
-	MaxPrestart           = 64
+	// Sessions: how many in all and per uid, the longest idle timeout
+	// one may ask for and the longest one lives.
+	DefaultMaxSessions        = 32
+	DefaultMaxSessionsPerUID  = 8
+	MaxSessionsLimit          = 4096
+	DefaultSessionMaxIdle     = time.Hour
+	DefaultSessionMaxLifetime = 8 * time.Hour
+	MaxPrestart               = 64
 
 	// DefaultAuditLogName is the audit log's file in the state directory.
 	DefaultAuditLogName     = "audit.log"
@@ -108,6 +115,15 @@ type Config struct {
 	// is how long a shape keeps it without a run.
 	PrestartShapes int
 	PrestartIdle   time.Duration
+	// MaxSessions sessions may exist at once, MaxSessionsPerUID of them
+	// one uid's; each holds its jail (and its memory limit) while it
+	// lives.
+	MaxSessions       int
+	MaxSessionsPerUID int
+	// SessionMaxIdle is the longest idle timeout a session may ask for;
+	// SessionMaxLifetime ends any session that old.
+	SessionMaxIdle     time.Duration
+	SessionMaxLifetime time.Duration
 	// QueueSize is how many runs may wait for a slot; beyond it the daemon
 	// answers 429.
 	QueueSize int
@@ -173,10 +189,15 @@ func Default() Config {
 		Prestart:       DefaultPrestart,
 		PrestartShapes: DefaultPrestartShapes,
 		PrestartIdle:   DefaultPrestartIdle,
-		UserNS:         "auto",
-		UserNSBase:     DefaultUserNSBase,
-		ShutdownGrace:  DefaultShutdownGrace,
-		LogFormat:      "auto",
+
+		MaxSessions:        DefaultMaxSessions,
+		MaxSessionsPerUID:  DefaultMaxSessionsPerUID,
+		SessionMaxIdle:     DefaultSessionMaxIdle,
+		SessionMaxLifetime: DefaultSessionMaxLifetime,
+		UserNS:             "auto",
+		UserNSBase:         DefaultUserNSBase,
+		ShutdownGrace:      DefaultShutdownGrace,
+		LogFormat:          "auto",
 
 		EnvCacheSize:      DefaultEnvCacheSize,
 		DisplayItemBytes:  DefaultDisplayItemBytes,
@@ -228,6 +249,18 @@ func (c *Config) Validate() error {
 	}
 	if c.PrestartShapes < 0 || c.PrestartShapes > MaxPrestartShapes {
 		errs = append(errs, fmt.Errorf("--prestart-shapes %d must be between 0 and %d", c.PrestartShapes, MaxPrestartShapes))
+	}
+	if c.MaxSessions < 0 || c.MaxSessions > MaxSessionsLimit {
+		errs = append(errs, fmt.Errorf("--max-sessions %d must be between 0 and %d", c.MaxSessions, MaxSessionsLimit))
+	}
+	if c.MaxSessionsPerUID < 1 || c.MaxSessionsPerUID > MaxSessionsLimit {
+		errs = append(errs, fmt.Errorf("--max-sessions-per-uid %d must be between 1 and %d", c.MaxSessionsPerUID, MaxSessionsLimit))
+	}
+	if c.SessionMaxIdle < time.Second || c.SessionMaxIdle > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--session-max-idle %s must be between 1s and 168h", c.SessionMaxIdle))
+	}
+	if c.SessionMaxLifetime < time.Second || c.SessionMaxLifetime > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--session-max-lifetime %s must be between 1s and 720h", c.SessionMaxLifetime))
 	}
 	if c.PrestartIdle < time.Second || c.PrestartIdle > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--prestart-idle %s must be between 1s and 24h", c.PrestartIdle))

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/cgroup"
+	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/audit"
 	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/internal/deps"
@@ -32,6 +33,7 @@ import (
 	"github.com/cellblock/cellblock/internal/record"
 	"github.com/cellblock/cellblock/internal/runs"
 	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/sessions"
 	"github.com/cellblock/cellblock/nsjail"
 	runnerfiles "github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/rootfs"
@@ -246,6 +248,37 @@ func run(cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	var service server.Executor = exec
+	if cfg.MaxSessions > 0 {
+		sm, err := sessions.New(sessions.Config{
+			MaxTotal:    cfg.MaxSessions,
+			MaxPerUID:   cfg.MaxSessionsPerUID,
+			MaxIdle:     cfg.SessionMaxIdle,
+			MaxLifetime: cfg.SessionMaxLifetime,
+			Open: func(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*sessions.Opened, error) {
+				o, err := exec.OpenSession(ctx, id, req, l)
+				if err != nil {
+					return nil, err
+				}
+				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release}, nil
+			},
+			Result: runs.ResultOf,
+			Event:  stats.SessionEvent,
+			Log:    log,
+		})
+		if err != nil {
+			return err
+		}
+		// Before the executor's Close (deferred earlier, so run later),
+		// which waits for every jail's teardown.
+		defer sm.Close()
+		stats.SetSessionsOpen(sm.Open)
+		service = struct {
+			*runs.Executor
+			*sessions.Manager
+		}{exec, sm}
+	}
+
 	ln, activated, err := listen(cfg, log)
 	if err != nil {
 		return err
@@ -268,7 +301,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 			}
 		},
 		Metrics: stats.Handler(),
-	}, exec)
+	}, service)
 	stats.SetLoad(srv.Load)
 	stats.SetPrestartReady(exec.PrestartReady)
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/nsjail/layout"
 )
@@ -108,6 +109,10 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.IntVar(&cfg.Prestart, "prestart", cfg.Prestart, "jails kept started ahead of requests, each used by one run (0: build every jail on request)")
 	fs.IntVar(&cfg.PrestartShapes, "prestart-shapes", cfg.PrestartShapes, "other shapes of jail (another Python, dependencies, another tmp size) that keep one prestarted jail each after a run used them (0: none)")
 	fs.DurationVar(&cfg.PrestartIdle, "prestart-idle", cfg.PrestartIdle, "how long a shape other than the default keeps its prestarted jail without a run")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "how many sessions (interpreters kept alive between runs) may exist at once; 0 turns sessions off")
+	fs.IntVar(&cfg.MaxSessionsPerUID, "max-sessions-per-uid", cfg.MaxSessionsPerUID, "how many sessions one uid may have at once")
+	fs.DurationVar(&cfg.SessionMaxIdle, "session-max-idle", cfg.SessionMaxIdle, "the longest idle timeout a session may ask for (the default is "+api.DefaultSessionIdle.String()+")")
+	fs.DurationVar(&cfg.SessionMaxLifetime, "session-max-lifetime", cfg.SessionMaxLifetime, "a session ends at this age, however busy")
 	fs.IntVar(&cfg.QueueSize, "queue", cfg.QueueSize, "runs that may wait for a slot before the daemon answers 429")
 	fs.StringVar(&cfg.UserNS, "userns", cfg.UserNS, "user namespaces: auto, on or off")
 	fs.Int64Var(&cfg.UserNSBase, "userns-base", cfg.UserNSBase, "first host uid/gid of the jails' 65536 ids")

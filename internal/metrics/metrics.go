@@ -32,9 +32,14 @@ type Metrics struct {
 	envMisses prometheus.Counter
 	envBuilds prometheus.Counter
 	prestart  prometheus.Counter
+	sessions  *prometheus.CounterVec
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
+	open      atomic.Pointer[func() int]
 }
+
+// Session events counted by cellblock_sessions_total.
+var sessionEvents = []string{"created", "expired", "deleted", "lost", "ended"}
 
 // New returns the registry of a daemon of the given version.
 func New(version string) *Metrics {
@@ -66,6 +71,10 @@ func New(version string) *Metrics {
 			Name: "cellblock_env_cache_builds_total",
 			Help: "Dependency environments built successfully.",
 		}),
+		sessions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellblock_sessions_total",
+			Help: "Session events: created, expired (idle timeout or maximum lifetime), deleted, lost (its interpreter died: out of memory, killed after a timeout, exited), ended (the daemon stopped).",
+		}, []string{"event"}),
 		prestart: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellblock_runs_prestarted_total",
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
@@ -74,6 +83,9 @@ func New(version string) *Metrics {
 	for _, o := range record.Outcomes {
 		m.runs.WithLabelValues(o)
 	}
+	for _, e := range sessionEvents {
+		m.sessions.WithLabelValues(e)
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cellblock_build_info",
 		Help:        "The daemon's version, as a label; the value is always 1.",
@@ -81,7 +93,7 @@ func New(version string) *Metrics {
 	})
 	info.Set(1)
 	m.reg.MustRegister(
-		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, info,
+		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, info,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
 			Help: "Runs executing now.",
@@ -99,6 +111,15 @@ func New(version string) *Metrics {
 			}
 			return 0
 		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "cellblock_sessions_open",
+			Help: "Sessions alive now (lost ones until deleted or expired included).",
+		}, func() float64 {
+			if f := m.open.Load(); f != nil {
+				return float64((*f)())
+			}
+			return 0
+		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -112,6 +133,21 @@ func (m *Metrics) SetLoad(load func() (running, queued int)) { m.load.Store(&loa
 // SetPrestartReady gives the registry the count of prestarted jails ready,
 // read at every scrape.
 func (m *Metrics) SetPrestartReady(ready func() int) { m.ready.Store(&ready) }
+
+// SetSessionsOpen gives the registry the count of sessions alive, read at
+// every scrape.
+func (m *Metrics) SetSessionsOpen(open func() int) { m.open.Store(&open) }
+
+// SessionEvent counts one session event (see sessionEvents); others are
+// ignored.
+func (m *Metrics) SessionEvent(kind string) {
+	for _, e := range sessionEvents {
+		if e == kind {
+			m.sessions.WithLabelValues(kind).Inc()
+			return
+		}
+	}
+}
 
 func (m *Metrics) readLoad() (running, queued int) {
 	if f := m.load.Load(); f != nil {

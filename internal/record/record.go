@@ -29,7 +29,7 @@ const (
 	OutcomeExitNonzero = "exit_nonzero"     // the program ran and exited non-zero, or died from a signal
 	OutcomeTimeout     = "timeout"          // the wall-clock timeout ended it
 	OutcomeOOM         = "oom"              // the memory limit ended it
-	OutcomeRefused     = "refused"          // turned away before running: bad request, over a limit, unknown Python
+	OutcomeRefused     = "refused"          // turned away before running: bad request, over a limit, unknown Python, a session not found, busy or lost
 	OutcomeBusy        = "busy"             // turned away because every slot and the queue were full
 	OutcomeDependency  = "dependency_error" // its dependencies could not be resolved or installed
 	OutcomeCanceled    = "canceled"         // the caller went away
@@ -53,7 +53,8 @@ func Outcome(res *api.Result) string {
 	}
 	if res.Error != nil {
 		switch res.Error.Type {
-		case api.ErrBadRequest, api.ErrTooLarge, api.ErrOverLimit, api.ErrUnknownPython, api.ErrForbidden:
+		case api.ErrBadRequest, api.ErrTooLarge, api.ErrOverLimit, api.ErrUnknownPython, api.ErrForbidden,
+			api.ErrSessionNotFound, api.ErrSessionBusy, api.ErrSessionLost:
 			return OutcomeRefused
 		case api.ErrBusy:
 			return OutcomeBusy

@@ -79,7 +79,7 @@ def _recv_run(fd):
             msg = json.loads(raw.decode("utf-8"))
         except ValueError:
             return None, None
-        if type(msg) is dict and msg.get("type") == "run":
+        if type(msg) is dict and msg.get("type") in ("run", "session"):
             return msg, raw
         # Other types are for later versions: ignored.
 
@@ -204,10 +204,47 @@ def _str_dict(v):
     return type(v) is dict and all(type(k) is str and type(x) is str for k, x in v.items())
 
 
+def _apply_env(env):
+    """Make env the process's environment."""
+    if list(env.items()) != list(os.environ.items()):
+        # Most runs keep the jail's environment as it is (0.4 ms saved).
+        os.environ.clear()
+        for k, v in env.items():
+            try:
+                os.environ[k] = v
+            except (ValueError, OSError):
+                pass
+        time.tzset()
+
+
+def _guard_fork(ch):
+    """A forked child must never write to the channel, nor keep it open."""
+    def after_fork(_ch=ch, _fstat=os.fstat, _close=os.close):
+        _ch.dead = True
+        try:
+            st = _fstat(_ch.fd)
+            if (st.st_dev, st.st_ino) == _ch.ident:
+                _close(_ch.fd)
+        except Exception:
+            pass
+    os.register_at_fork(after_in_child=after_fork)
+
+
+class _SessionStart:
+    """What _setup returns for a session: the channel, set up."""
+
+    __slots__ = ("ch", "fd")
+
+    def __init__(self, ch, fd):
+        self.ch = ch
+        self.fd = fd
+
+
 class _Run:
     """What the module-level code needs to run the program and report on it."""
 
-    __slots__ = ("ch", "mode", "code", "expr", "filename", "globals", "exc", "limits", "modules", "status")
+    __slots__ = ("ch", "mode", "code", "expr", "filename", "globals", "exc", "limits", "modules", "status",
+                 "before_done")
 
 
 def _setup():
@@ -244,6 +281,20 @@ def _setup():
         msg = None
     if msg is None:
         return None
+    if msg.get("type") == "session":
+        env = msg.get("env", startup_env)
+        if not _str_dict(env):
+            _fail("malformed session message")
+        ch.set_limits(msg.get("limits"))
+        env = dict(env)
+        if "MPLBACKEND" not in env:
+            env["MPLBACKEND"] = MPL_BACKEND
+        if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
+            _reexec(fd, raw, env)
+        _apply_env(env)
+        _guard_fork(ch)
+        _channel.channel = ch
+        return _SessionStart(ch, fd)
 
     mode = msg.get("mode", "script")
     code = msg.get("code")
@@ -269,29 +320,12 @@ def _setup():
         env["MPLBACKEND"] = MPL_BACKEND
     if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
         _reexec(fd, raw, env)
-    if list(env.items()) != list(os.environ.items()):
-        # Most runs keep the jail's environment as it is (0.4 ms saved).
-        os.environ.clear()
-        for k, v in env.items():
-            try:
-                os.environ[k] = v
-            except (ValueError, OSError):
-                pass
-        time.tzset()
-
-    # A forked child must never write to the channel, nor keep it open.
-    def after_fork(_ch=ch, _fstat=os.fstat, _close=os.close):
-        _ch.dead = True
-        try:
-            st = _fstat(_ch.fd)
-            if (st.st_dev, st.st_ino) == _ch.ident:
-                _close(_ch.fd)
-        except Exception:
-            pass
-    os.register_at_fork(after_in_child=after_fork)
+    _apply_env(env)
+    _guard_fork(ch)
     _channel.channel = ch
 
     r = _Run()
+    r.before_done = None
     r.ch = ch
     r.mode = mode
     r.exc = None
@@ -486,6 +520,12 @@ def _report(r, value, has_value, _dumps=json.dumps):
                 "line": line}})
         except Exception:
             pass
+    before = getattr(r, "before_done", None)
+    if before is not None:
+        try:
+            before()
+        except BaseException:
+            pass
     try:
         done = {"type": "done", "exit_code": _exit_code(exc)}
         if ch.dropped:
@@ -659,6 +699,9 @@ if __name__ == "__main__":
     _r = _setup()
     if _r is None:
         raise SystemExit(0)
+    if type(_r) is _SessionStart:
+        from cellblock import _session
+        _session.serve(_r.ch, _r.fd, sys.modules[__name__])
     _value, _has_value = None, False
     if _r.code is not None:
         try:

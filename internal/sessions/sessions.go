@@ -1,0 +1,504 @@
+// Package sessions keeps cellblockd's sessions: interpreters that stay
+// alive between runs (nsjail.Session), each owned by the uid that created
+// it. It decides who may use a session (its owner and root; anyone else is
+// told session_not_found, exactly as for an id that never existed), lets
+// one run at a time into each (session_busy), bounds how many there are
+// (per uid and in all), ends them after their idle timeout or maximum
+// lifetime, and remembers for a while why a session ended, so that its
+// owner is told (expired, deleted, restarted) rather than handed a fresh
+// interpreter. It does not build jails (Opener does) and does not listen.
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/nsjail/runner"
+)
+
+// Interp is a session's live interpreter (an *nsjail.Session).
+type Interp interface {
+	Run(ctx context.Context, run *nsjail.SessionRun, onOutput nsjail.OutputFunc) (*nsjail.Outcome, error)
+	Close()
+	Lost() bool
+	Variables() ([]runner.Variable, bool)
+	MemoryUsage() int64
+}
+
+// Opened is what an Opener made for a session.
+type Opened struct {
+	Interp      Interp
+	Python      string
+	Environment *api.Environment
+	// Release gives up what the session held besides its interpreter,
+	// after Interp is closed.
+	Release func()
+}
+
+// Opener builds a session's jail (the daemon's executor).
+type Opener func(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*Opened, error)
+
+// Resulter maps a session run's outcome to the result object.
+type Resulter func(out *nsjail.Outcome) *api.Result
+
+// Defaults of Config.
+const (
+	DefaultMaxTotal    = 32
+	DefaultMaxPerUID   = 8
+	DefaultMaxIdle     = time.Hour
+	DefaultMaxLifetime = 8 * time.Hour
+	// tombs is how many ended sessions are remembered, tombTTL for how
+	// long.
+	tombs   = 4096
+	tombTTL = 24 * time.Hour
+)
+
+// Config bounds the sessions of a daemon.
+type Config struct {
+	// MaxTotal sessions may exist at once, MaxPerUID of them one uid's.
+	MaxTotal, MaxPerUID int
+	// MaxIdle is the longest idle timeout a request may ask for;
+	// MaxLifetime ends a session however busy it was.
+	MaxIdle, MaxLifetime time.Duration
+	// Reports caps what a run's runner may send back.
+	Reports runner.Limits
+	Open    Opener
+	Result  Resulter
+	// Event, if set, is told "created", "expired", "deleted", "lost" and
+	// "ended" (shutdown), once per session and event.
+	Event func(kind string)
+	Log   *slog.Logger
+}
+
+// Manager keeps the sessions. Its methods implement server.SessionManager.
+type Manager struct {
+	cfg  Config
+	boot string // in every id: tells a previous daemon's ids apart
+
+	mu       sync.Mutex
+	sessions map[string]*entry
+	opening  map[uint32]int // sessions being opened, per uid
+	ended    map[string]tomb
+	order    []string // ended, oldest first
+	closed   bool
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+type entry struct {
+	id        string
+	owner     uint32
+	created   time.Time
+	lastUsed  time.Time
+	idle      time.Duration
+	count     int
+	busy      bool
+	lost      bool
+	limits    api.Limits
+	opened    *Opened
+	cancelRun context.CancelFunc // the run in progress, if any
+}
+
+type tomb struct {
+	owner uint32
+	why   string
+	at    time.Time
+}
+
+// New starts a Manager; Close it to end every session.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Open == nil || cfg.Result == nil {
+		return nil, errors.New("sessions: Open and Result are required")
+	}
+	if cfg.MaxTotal <= 0 {
+		cfg.MaxTotal = DefaultMaxTotal
+	}
+	if cfg.MaxPerUID <= 0 {
+		cfg.MaxPerUID = DefaultMaxPerUID
+	}
+	if cfg.MaxIdle <= 0 {
+		cfg.MaxIdle = DefaultMaxIdle
+	}
+	if cfg.MaxLifetime <= 0 {
+		cfg.MaxLifetime = DefaultMaxLifetime
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Event == nil {
+		cfg.Event = func(string) {}
+	}
+	m := &Manager{cfg: cfg, boot: randHex(3), sessions: map[string]*entry{}, opening: map[uint32]int{},
+		ended: map[string]tomb{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go m.reap()
+	return m, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newID is a fresh session id: "s", this daemon's boot tag, "-", random.
+func (m *Manager) newID() string { return "s" + m.boot + "-" + randHex(8) }
+
+// notFound is the error for id, told to caller: why it ended when caller
+// owned it (or is root), the same words as for an unknown id otherwise.
+// Call with m.mu held.
+func (m *Manager) notFound(caller peercred.Peer, id string) *api.Error {
+	if t, ok := m.ended[id]; ok && (caller.UID == 0 || caller.UID == t.owner) {
+		return api.SessionNotFound(id, t.why)
+	}
+	if boot, _, ok := strings.Cut(strings.TrimPrefix(id, "s"), "-"); ok && strings.HasPrefix(id, "s") && len(boot) == len(m.boot) && boot != m.boot {
+		// Not this daemon's: every caller gets the same words.
+		return api.SessionNotFound(id, "sessions end when cellblockd restarts, and this one was made before its last start")
+	}
+	return api.SessionNotFound(id, "")
+}
+
+// lookup returns the session caller may use. Call with m.mu held.
+func (m *Manager) lookup(caller peercred.Peer, id string) (*entry, *api.Error) {
+	e := m.sessions[id]
+	if e == nil || (caller.UID != 0 && caller.UID != e.owner) {
+		return nil, m.notFound(caller, id)
+	}
+	return e, nil
+}
+
+// bury ends e's life in the map and remembers why. Call with m.mu held;
+// the caller closes its interpreter.
+func (m *Manager) bury(e *entry, why string) {
+	delete(m.sessions, e.id)
+	if len(m.order) >= tombs {
+		delete(m.ended, m.order[0])
+		m.order = m.order[1:]
+	}
+	m.ended[e.id] = tomb{owner: e.owner, why: why, at: time.Now()}
+	m.order = append(m.order, e.id)
+}
+
+// end closes e's interpreter and releases what it held.
+func (m *Manager) end(e *entry, kind string) {
+	e.opened.Interp.Close()
+	if e.opened.Release != nil {
+		e.opened.Release()
+	}
+	m.cfg.Event(kind)
+	m.cfg.Log.Info("session ended", "session", e.id, "uid", e.owner, "how", kind, "runs", e.count)
+}
+
+// expiresAt is when e ends unless used: its idle timeout after its last
+// use, or its maximum lifetime.
+func (m *Manager) expiresAt(e *entry) time.Time {
+	idle := e.lastUsed.Add(e.idle)
+	life := e.created.Add(m.cfg.MaxLifetime)
+	if life.Before(idle) {
+		return life
+	}
+	return idle
+}
+
+// CreateSession implements server.SessionManager.
+func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *api.SessionRequest, l api.Limits) (*api.Session, error) {
+	idle, aerr := req.IdleTimeout(m.cfg.MaxIdle)
+	if aerr != nil {
+		return nil, aerr
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down")
+	}
+	mine := m.opening[owner.UID]
+	for _, e := range m.sessions {
+		if e.owner == owner.UID {
+			mine++
+		}
+	}
+	total := len(m.sessions)
+	for _, n := range m.opening {
+		total += n
+	}
+	switch {
+	case mine >= m.cfg.MaxPerUID:
+		m.mu.Unlock()
+		return nil, api.Errorf(api.ErrBusy, "", "uid %d has %d sessions, the most one uid may have; delete one (DELETE %s/ID)", owner.UID, mine, api.PathSessions)
+	case total >= m.cfg.MaxTotal:
+		m.mu.Unlock()
+		return nil, api.Errorf(api.ErrBusy, "", "cellblockd holds %d sessions, the most it keeps; retry later", total)
+	}
+	m.opening[owner.UID]++
+	id := m.newID()
+	m.mu.Unlock()
+
+	opened, err := m.cfg.Open(ctx, id, req, l)
+
+	m.mu.Lock()
+	if m.opening[owner.UID]--; m.opening[owner.UID] == 0 {
+		delete(m.opening, owner.UID)
+	}
+	if err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	now := time.Now().UTC()
+	e := &entry{id: id, owner: owner.UID, created: now, lastUsed: now, idle: idle, limits: l, opened: opened}
+	if m.closed {
+		m.mu.Unlock()
+		m.end(e, "ended")
+		return nil, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down")
+	}
+	m.sessions[id] = e
+	info := m.describe(e, false)
+	m.mu.Unlock()
+	m.cfg.Event("created")
+	m.cfg.Log.Info("session created", "session", id, "uid", owner.UID, "python", opened.Python)
+	return info, nil
+}
+
+// describe is e as the API shows it; vars adds its variables. Call with
+// m.mu held.
+func (m *Manager) describe(e *entry, vars bool) *api.Session {
+	l := e.limits
+	s := &api.Session{
+		ID: e.id, State: api.SessionAlive, Busy: e.busy, ExecutionCount: e.count,
+		CreatedAt: e.created, LastUsedAt: e.lastUsed, ExpiresAt: m.expiresAt(e),
+		IdleTimeoutMs: e.idle.Milliseconds(), OwnerUID: e.owner,
+		Python: e.opened.Python, Limits: &l, Environment: e.opened.Environment,
+	}
+	if e.lost || e.opened.Interp.Lost() {
+		s.State = api.SessionLost
+	}
+	if vars {
+		s.MemoryBytes = e.opened.Interp.MemoryUsage()
+		vs, more := e.opened.Interp.Variables()
+		for _, v := range vs {
+			s.Variables = append(s.Variables, api.Variable{Name: v.Name, Type: v.Type, Repr: v.Repr})
+		}
+		s.VariablesTruncated = more
+	}
+	return s
+}
+
+// Sessions implements server.SessionManager.
+func (m *Manager) Sessions(ctx context.Context, caller peercred.Peer) (*api.SessionList, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	list := &api.SessionList{Sessions: []api.Session{}}
+	for _, e := range m.sessions {
+		if caller.UID == 0 || caller.UID == e.owner {
+			list.Sessions = append(list.Sessions, *m.describe(e, false))
+		}
+	}
+	sort.Slice(list.Sessions, func(i, j int) bool { return list.Sessions[i].CreatedAt.Before(list.Sessions[j].CreatedAt) })
+	return list, nil
+}
+
+// Session implements server.SessionManager.
+func (m *Manager) Session(ctx context.Context, caller peercred.Peer, id string) (*api.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return m.describe(e, true), nil
+}
+
+// DeleteSession implements server.SessionManager.
+func (m *Manager) DeleteSession(ctx context.Context, caller peercred.Peer, id string) error {
+	m.mu.Lock()
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		m.mu.Unlock()
+		return aerr
+	}
+	m.bury(e, "it was deleted")
+	if e.cancelRun != nil {
+		e.cancelRun()
+	}
+	m.mu.Unlock()
+	m.end(e, "deleted")
+	return nil
+}
+
+// RunInSession implements server.SessionManager.
+func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+	m.mu.Lock()
+	e, aerr := m.lookup(caller, req.Session)
+	if aerr != nil {
+		m.mu.Unlock()
+		return nil, aerr
+	}
+	switch {
+	case e.lost || e.opened.Interp.Lost():
+		e.lost = true
+		m.mu.Unlock()
+		return nil, api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter (out of memory, killed after a timeout, or the process exited): its variables are gone; delete it and create another", e.id)
+	case e.busy:
+		m.mu.Unlock()
+		return nil, api.Errorf(api.ErrSessionBusy, "session", "another run is in progress in session %q; a session runs one at a time", e.id)
+	case time.Now().After(m.expiresAt(e)):
+		m.bury(e, "it expired")
+		m.mu.Unlock()
+		m.end(e, "expired")
+		return nil, m.notFoundLocked(caller, req.Session)
+	}
+	e.busy = true
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.cancelRun = cancel
+	m.mu.Unlock()
+
+	mode := req.Mode
+	if mode == "" {
+		mode = api.ModeCell
+	}
+	out, err := e.opened.Interp.Run(ctx, &nsjail.SessionRun{
+		ID: runID, Mode: mode, Code: req.Code, Inputs: req.Inputs, Stdin: []byte(req.Stdin),
+		Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
+		OutputBytes: l.OutputBytes,
+	}, onOutput)
+
+	m.mu.Lock()
+	e.busy = false
+	e.cancelRun = nil
+	e.lastUsed = time.Now().UTC()
+	deleted := m.sessions[e.id] != e
+	var res *api.Result
+	if err == nil {
+		e.count++
+		if out.Lost {
+			e.lost = true
+		}
+		res = m.cfg.Result(out)
+		// The session's limits, with the run's own timeout and output cap.
+		limits := e.limits
+		limits.TimeoutMs, limits.OutputBytes = l.TimeoutMs, l.OutputBytes
+		res.Limits = &limits
+		res.Python = e.opened.Python
+		res.Environment = e.opened.Environment
+		st := api.SessionAlive
+		if e.lost {
+			st = api.SessionLost
+		}
+		res.Session = &api.SessionState{ID: e.id, ExecutionCount: e.count, State: st, ExpiresAt: m.expiresAt(e)}
+		if deleted {
+			res.Session.State = api.SessionLost
+		}
+	}
+	m.mu.Unlock()
+	switch {
+	case errors.Is(err, nsjail.ErrSessionLost):
+		return nil, api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: its variables are gone; delete it and create another", e.id)
+	case err != nil:
+		return nil, err
+	}
+	if out.Lost && !deleted {
+		m.cfg.Event("lost")
+		m.cfg.Log.Info("session lost", "session", e.id, "uid", e.owner, "run", runID, "timed_out", out.TimedOut, "oom_killed", out.OOMKilled)
+	}
+	if out.Canceled && ctx.Err() != nil && deleted {
+		res.Error = api.SessionNotFound(e.id, "it was deleted while this run was in progress")
+	}
+	return res, nil
+}
+
+// notFoundLocked is notFound, taking m.mu.
+func (m *Manager) notFoundLocked(caller peercred.Peer, id string) *api.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.notFound(caller, id)
+}
+
+// reap ends the sessions that expired, once a second.
+func (m *Manager) reap() {
+	defer close(m.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.expire(time.Now())
+	}
+}
+
+// expire ends every idle session whose time is up at now.
+func (m *Manager) expire(now time.Time) {
+	var gone []*entry
+	m.mu.Lock()
+	for _, e := range m.sessions {
+		if !e.busy && now.After(m.expiresAt(e)) {
+			why := fmt.Sprintf("it expired after %v without a run", e.idle)
+			if !now.Before(e.created.Add(m.cfg.MaxLifetime)) {
+				why = fmt.Sprintf("it reached the longest a session may live (%v)", m.cfg.MaxLifetime)
+			}
+			m.bury(e, why)
+			gone = append(gone, e)
+		}
+	}
+	for id, t := range m.ended {
+		if now.Sub(t.at) > tombTTL {
+			delete(m.ended, id)
+		}
+	}
+	if len(m.ended) < len(m.order) {
+		kept := m.order[:0]
+		for _, id := range m.order {
+			if _, ok := m.ended[id]; ok {
+				kept = append(kept, id)
+			}
+		}
+		m.order = kept
+	}
+	m.mu.Unlock()
+	for _, e := range gone {
+		m.end(e, "expired")
+	}
+}
+
+// Open counts the sessions alive now.
+func (m *Manager) Open() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sessions)
+}
+
+// Close ends every session: the daemon is stopping.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	all := make([]*entry, 0, len(m.sessions))
+	for _, e := range m.sessions {
+		all = append(all, e)
+		if e.cancelRun != nil {
+			e.cancelRun()
+		}
+	}
+	m.sessions = map[string]*entry{}
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+	for _, e := range all {
+		m.end(e, "ended")
+	}
+}
