@@ -111,6 +111,25 @@ func (c *Cgroup) stats() (Stats, error) {
 	return st, err
 }
 
+// MemoryUsage reads the run's memory usage now (v2 memory.current, v1
+// memory.usage_in_bytes); 0 without the memory controller.
+func (c *Cgroup) MemoryUsage() (int64, error) {
+	var n int64
+	var err error
+	switch {
+	case c.root.mode == ModeV2 && c.v2ctl.memory:
+		n, err = readInt(c.dirs[0], "memory.current")
+	case c.root.mode != ModeV2:
+		if dir := c.dirFor("memory"); dir != "" {
+			n, err = readInt(dir, "memory.usage_in_bytes")
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("memory usage of cgroup for run %s: %w", c.id, err)
+	}
+	return n, nil
+}
+
 // StartAccounting makes the statistics count from now on. A jail's own
 // set-up (libcontainer's init, the jail's pid 1) runs in the run's cgroup
 // before the program does, and for a jail built ahead of its request that
