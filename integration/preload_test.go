@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/cellblock/cellblock/internal/api"
 )
 
@@ -143,4 +145,43 @@ func preloadWarnings(d *Daemon) int {
 		}
 	}
 	return n
+}
+
+// TestMCPPreloadEnv: cellblock-mcp --preload-env REQ --preload MODS has
+// the daemon build the environment with its list when it starts, names
+// the prepared dependencies to the model, and run_python with exactly
+// those dependencies gets a prestarted jail with the module imported.
+func TestMCPPreloadEnv(t *testing.T) {
+	d, _ := depsDaemon(t, false, "--prestart", "1")
+	c := mcpStdioArgs(t, d.Socket, []string{"--preload-env", "cbmod", "--preload", "cbmod"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.Name == "run_python" && !strings.Contains(tool.Description, `"dependencies": ["cbmod"] (exactly these`) {
+			t.Errorf("run_python's description does not name the prepared dependencies:\n%s", tool.Description)
+		}
+	}
+	if !waitFor(60*time.Second, func() bool {
+		info, err := d.Client.Info(ctx)
+		return err == nil && info.PrestartShapesReady == 1
+	}) {
+		t.Fatalf("no prestarted jail for the --preload-env environment:\n%s", d.Log())
+	}
+	list, err := d.Client.Envs(ctx)
+	if err != nil || len(list.Envs) != 1 || !slices.Equal(list.Envs[0].Preload, []string{"cbmod"}) {
+		t.Fatalf("environments: %+v %v", list, err)
+	}
+	res := mcpCall(t, ctx, c, "run_python", map[string]any{
+		"code":         "import sys\nfirst = 'cbmod' in sys.modules\nimport cbmod\nprint('preloaded' if first else 'not preloaded')\n",
+		"dependencies": []string{"cbmod"},
+	}, nil)
+	var r api.Result
+	mcpStructured(t, res, &r)
+	if res.IsError || r.Stdout != "preloaded\n" || r.Phases == nil || !r.Phases.Prestarted {
+		t.Errorf("run_python: %s\n%+v", mcpText(res), r)
+	}
 }
