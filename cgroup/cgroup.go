@@ -111,6 +111,25 @@ func (c *Cgroup) stats() (Stats, error) {
 	return st, err
 }
 
+// MemoryUsage reads the run's memory usage now (v2 memory.current, v1
+// memory.usage_in_bytes); 0 without the memory controller.
+func (c *Cgroup) MemoryUsage() (int64, error) {
+	var n int64
+	var err error
+	switch {
+	case c.root.mode == ModeV2 && c.v2ctl.memory:
+		n, err = readInt(c.dirs[0], "memory.current")
+	case c.root.mode != ModeV2:
+		if dir := c.dirFor("memory"); dir != "" {
+			n, err = readInt(dir, "memory.usage_in_bytes")
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("memory usage of cgroup for run %s: %w", c.id, err)
+	}
+	return n, nil
+}
+
 // StartAccounting makes the statistics count from now on. A jail's own
 // set-up (libcontainer's init, the jail's pid 1) runs in the run's cgroup
 // before the program does, and for a jail built ahead of its request that
@@ -135,28 +154,6 @@ func (c *Cgroup) StartAccounting() error {
 		return fmt.Errorf("start accounting of cgroup for run %s: %w", c.id, err)
 	}
 	return nil
-}
-
-// MemoryUsage is the memory the cgroup's processes hold now (v2
-// memory.current, v1 memory.usage_in_bytes); 0 without a memory
-// controller.
-func (c *Cgroup) MemoryUsage() (int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.deleted {
-		return 0, fmt.Errorf("memory of cgroup for run %s: deleted", c.id)
-	}
-	if c.root.mode == ModeV2 {
-		if !c.v2ctl.memory {
-			return 0, nil
-		}
-		return readInt(c.dirs[0], "memory.current")
-	}
-	dir := c.dirFor("memory")
-	if dir == "" {
-		return 0, nil
-	}
-	return readInt(dir, "memory.usage_in_bytes")
 }
 
 // Procs returns the pids of all processes in the run's cgroups (in any

@@ -299,6 +299,11 @@ func TestCreateSetsLimits(t *testing.T) {
 		}
 	}
 
+	// An empty cgroup uses (almost) nothing, and the file is there.
+	if n, err := c.MemoryUsage(); err != nil || n < 0 || n > 1<<20 {
+		t.Errorf("memory usage of an empty cgroup: %d %v", n, err)
+	}
+
 	if _, err := r.Create("limits", Limits{}); !errors.Is(err, ErrExists) {
 		t.Errorf("second Create: %v, want ErrExists", err)
 	}

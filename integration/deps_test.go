@@ -30,7 +30,9 @@ type wheel struct {
 // testWheels is the wheelhouse the dependency tests install from (PyPI is
 // not reachable): a package with a transitive dependency (cbalpha needs
 // cbbeta), two versions of one package (cbgamma) and, by its absence, a
-// package that does not exist (cbmissing).
+// package that does not exist (cbmissing); for the preload tests, a
+// package that says when and under which environment it was imported
+// (cbmod) and one that cannot be imported (cbbroken).
 var testWheels = []wheel{
 	{name: "cbalpha", version: "1.0", requires: []string{"cbbeta>=1"},
 		files: map[string]string{"cbalpha/__init__.py": "from cbbeta import VALUE\nNAME = 'alpha'\n"}},
@@ -40,6 +42,11 @@ var testWheels = []wheel{
 		files: map[string]string{"cbgamma/__init__.py": "VERSION = '1.0'\n"}},
 	{name: "cbgamma", version: "2.0",
 		files: map[string]string{"cbgamma/__init__.py": "VERSION = '2.0'\n"}},
+	{name: "cbmod", version: "1.0",
+		files: map[string]string{"cbmod/__init__.py": "import os, time\nIMPORTED_AT = time.time()\n" +
+			"SEEN = os.environ.get('CB_PRELOAD_PROBE')\nprint('cbmod is being imported')\n"}},
+	{name: "cbbroken", version: "1.0",
+		files: map[string]string{"cbbroken/__init__.py": "raise RuntimeError('cbbroken cannot be imported')\n"}},
 }
 
 // wheelhouse writes testWheels into a new directory readable by the build

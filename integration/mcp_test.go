@@ -66,8 +66,14 @@ func (l *mcpLogBuffer) String() string {
 // the server must then exit 0.
 func mcpStdio(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
+	return mcpStdioArgs(t, socket, nil, opts...)
+}
+
+// mcpStdioArgs is mcpStdio with more arguments for cellblock-mcp.
+func mcpStdioArgs(t *testing.T, socket string, args []string, opts ...mcpclient.ClientOption) *mcpclient.Client {
+	t.Helper()
 	stderr := &mcpLogBuffer{}
-	tr := transport.NewStdioWithOptions(bin(t, "cellblock-mcp"), nil, []string{"--socket", socket},
+	tr := transport.NewStdioWithOptions(bin(t, "cellblock-mcp"), nil, append([]string{"--socket", socket}, args...),
 		transport.WithCommandStderrWriter(stderr))
 	c := mcpclient.NewClient(tr, opts...)
 	// The transport's process lives as long as the context given to Start.

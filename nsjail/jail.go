@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,14 +70,17 @@ type Jail struct {
 	create    time.Duration
 	start     time.Duration
 
-	// prestarted marks a jail built ahead of its run (see Pool).
+	// prestarted marks a jail built ahead of its run (see Pool); pool is
+	// the pool that built it.
 	prestarted bool
+	pool       *Pool
 	// warm is closed once the jail's runner said it is ready (its imports
 	// done) or can no longer say so; nil for a jail without a runner.
 	warm chan struct{}
 
-	mu   sync.Mutex
-	used bool // Launch or Close was called
+	mu       sync.Mutex
+	used     bool // Launch or Close was called
+	launched bool // Launch was called
 }
 
 // ID names the jail (its cgroup and container); for a jail built ahead of
@@ -91,9 +96,12 @@ func (r *Runner) Prepare(ctx context.Context, id string, spec *Spec) (*Jail, err
 	return r.prepare(ctx, id, spec, false)
 }
 
-// prepare is Prepare; background builds the jail with the smallest CPU
-// weight (cgroup.Limits.Background), which Launch lifts.
-func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background bool) (_ *Jail, err error) {
+// prepare is Prepare; ahead builds the jail ahead of its run (a Pool's):
+// with the smallest CPU weight (cgroup.Limits.Background), which Launch
+// lifts, and with its runner importing spec.Preload before it says it is
+// ready. A jail built for its run skips the preload: its program is
+// waiting already.
+func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, ahead bool) (_ *Jail, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,7 +111,7 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 	t0 := time.Now()
 	j := &Jail{r: r, id: id, spec: *spec, gone: make(chan struct{})}
 	limits := spec.Limits.cgroupLimits()
-	limits.Background = background
+	limits.Background = ahead
 	if limits.Pids > 0 {
 		// Launch sets the program's limit once the init is ready.
 		limits.Pids = max(limits.Pids, setupTasks)
@@ -165,6 +173,9 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 		// The init passes its environment on to the runner, which starts
 		// now: the jail's own, with the defaults for the rest.
 		env = spec.environ()
+		if ahead && len(spec.Preload) > 0 {
+			env = append(env, runner.EnvPreload+"="+strings.Join(spec.Preload, ","))
+		}
 	}
 	j.proc = &libcontainer.Process{
 		Args:       spec.initArgs(),
@@ -194,15 +205,18 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, background 
 	}
 	j.ctl, j.rch, j.stdoutR, j.stderrR = ctl, rch, stdoutR, stderrR
 	if rch != nil {
-		// The runner's first frame says its interpreter is up; until
-		// then a run would wait for Python's start. Read exactly that
-		// frame: the run's reports follow on the same channel (listen).
+		// The runner's first frame says its interpreter is up (with
+		// the preload imported); until then a run would wait for
+		// Python's start. Read exactly that frame: the run's reports
+		// follow on the same channel (listen).
 		j.warm = make(chan struct{})
 		go func() {
 			defer close(j.warm)
-			if _, err := runner.ReadReady(runner.NewFrameReader(rch, runner.ReadyFrameBytes)); err != nil {
+			ready, err := runner.ReadReady(runner.NewFrameReader(rch, runner.ReadyFrameBytes))
+			if err != nil {
 				r.log.Debug("runner not ready", "jail", id, "err", err)
 			}
+			r.notePreload(id, ready.PreloadFailed)
 		}()
 	}
 	j.exited = make(chan struct{})
@@ -229,6 +243,34 @@ func (r *Runner) outputPipe() (rd, wr *os.File, err error) {
 	}
 	return rd, wr, nil
 }
+
+// notePreload logs the modules a jail's runner could not preload: as a
+// warning the first time each module fails so (every jail of the shape
+// would say it again, one per run), then at debug level.
+func (r *Runner) notePreload(jail string, failed []runner.PreloadFailure) {
+	for _, f := range failed {
+		key := f.Module + "\x00" + f.Error
+		r.preloadMu.Lock()
+		seen := r.preloadSeen[key]
+		if !seen && len(r.preloadSeen) < maxPreloadNotes {
+			if r.preloadSeen == nil {
+				r.preloadSeen = map[string]bool{}
+			}
+			r.preloadSeen[key] = true
+		}
+		r.preloadMu.Unlock()
+		level := slog.LevelWarn
+		if seen {
+			level = slog.LevelDebug
+		}
+		r.log.Log(context.Background(), level, "a module of the preload list did not import; runs import it themselves",
+			"jail", jail, "module", f.Module, "err", f.Error)
+	}
+}
+
+// maxPreloadNotes bounds the preload failures a Runner remembers having
+// logged as warnings.
+const maxPreloadNotes = 256
 
 // isWarm reports whether the jail's interpreter is up: its runner said it
 // is ready (always true without a runner).
@@ -257,20 +299,34 @@ func (j *Jail) alive() bool {
 // Close discards a jail that was never launched. It is a no-op after
 // Launch.
 func (j *Jail) Close() error {
-	if !j.claim() {
+	if !j.claim(false) {
 		return nil
 	}
 	return j.discard()
 }
 
-// claim marks the jail used and reports whether it was free.
-func (j *Jail) claim() bool {
+// claim marks the jail used, and launched for Launch, and reports whether
+// it was free.
+func (j *Jail) claim(launch bool) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	free := !j.used
 	j.used = true
+	if free {
+		j.launched = launch
+	}
 	return free
 }
+
+// wasLaunched reports whether Launch was called.
+func (j *Jail) wasLaunched() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.launched
+}
+
+// memoryUsage is the memory the waiting jail holds now.
+func (j *Jail) memoryUsage() (int64, error) { return j.cg.MemoryUsage() }
 
 // claimed reports whether the jail was launched or closed.
 func (j *Jail) claimed() bool {
@@ -327,7 +383,7 @@ func (j *Jail) teardown() error {
 // ctx kills the run. A jail launches once; it is torn down afterwards
 // whatever happens, after Launch returned (Runner.Wait waits for that).
 func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out *Outcome, err error) {
-	if !j.claim() {
+	if !j.claim(true) {
 		return nil, fmt.Errorf("run %s: jail %s was used already", spec.ID, j.id)
 	}
 	return j.launch(ctx, spec, onOutput)

@@ -16,7 +16,14 @@ import (
 // run and is then torn down like any other: nothing of one run is ever
 // seen by another, and the program (Python) still starts fresh in it. Runs
 // that need a differently built jail (another rootfs, dependencies, tmpfs
-// size) do not use the pool.
+// size, preload list) do not use the pool.
+//
+// A pool whose prototype preloads modules hands out only jails whose
+// runner has finished importing them (a run never waits for another's
+// preload, it gets a jail built for it instead), and only to runs whose
+// memory limit is above what the waiting jail already holds. Jails that
+// die while they wait (an import that crashes the interpreter) are rebuilt
+// after a growing pause, not at once.
 type Pool struct {
 	r     *Runner
 	proto Spec
@@ -32,6 +39,11 @@ type Pool struct {
 	done chan struct{}
 	seq  uint64 // guarded by mu
 	tag  string
+
+	// died counts the jails in a row whose init exited before a run
+	// took them; the next build waits until retryAt. Guarded by mu.
+	died    int
+	retryAt time.Time
 }
 
 // Pool timings.
@@ -84,18 +96,21 @@ func (p *Pool) Take(spec *Spec) *Jail {
 	defer p.mu.Unlock()
 	// Dead jails go; of the live ones, one whose interpreter is up
 	// already is best, else the oldest (its Python has had the longest to
-	// start, and is still well ahead of a jail built now).
+	// start, and is still well ahead of a jail built now). With a preload,
+	// only one that is done with it: a preload can take longer than a
+	// fresh jail and the run's own imports.
 	for _, j := range p.dropDead() {
 		go p.discard(j)
 	}
+	preload := len(p.proto.Preload) > 0
 	pick := -1
 	for i, j := range p.ready {
-		if j.isWarm() {
+		if j.isWarm() && (!preload || j.holdsLessThan(spec.Limits.MemoryBytes)) {
 			pick = i
 			break
 		}
 	}
-	if pick < 0 && len(p.ready) > 0 {
+	if pick < 0 && len(p.ready) > 0 && !preload {
 		pick = 0
 	}
 	if pick < 0 {
@@ -105,6 +120,14 @@ func (p *Pool) Take(spec *Spec) *Jail {
 	j := p.ready[pick]
 	p.ready = append(p.ready[:pick], p.ready[pick+1:]...)
 	return j
+}
+
+// holdsLessThan reports whether the jail's memory usage (its preloaded
+// modules) is under limit, the run's memory limit, which Launch puts on
+// the jail's cgroup: at or over it the kernel would kill the run at once.
+func (j *Jail) holdsLessThan(limit int64) bool {
+	n, err := j.memoryUsage()
+	return err == nil && n < limit
 }
 
 // Ready reports how many jails are waiting with their init alive and
@@ -179,9 +202,18 @@ func (p *Pool) fill() {
 				p.seq++
 			}
 			id := p.jailID(p.seq)
+			wait := time.Until(p.retryAt)
 			p.mu.Unlock()
 			if !need {
 				break
+			}
+			if wait > 0 {
+				// Jails died waiting, one after another.
+				select {
+				case <-p.stop:
+					return
+				case <-time.After(wait):
+				}
 			}
 			spec := p.proto
 			spec.ID = id
@@ -201,6 +233,7 @@ func (p *Pool) fill() {
 			}
 			backoff = poolRetryMin
 			j.prestarted = true
+			j.pool = p
 			// The one wake-up for this jail: when its init exits, whether
 			// its run is over or it died waiting, prune it and refill. A
 			// run's jail is torn down first, after the run's answer, so
@@ -208,6 +241,7 @@ func (p *Pool) fill() {
 			// competes with it.
 			go func() {
 				<-j.exited
+				p.noteExit(j.wasLaunched())
 				if j.claimed() {
 					<-j.gone
 				}
@@ -224,6 +258,25 @@ func (p *Pool) fill() {
 				return
 			}
 		}
+	}
+}
+
+// noteExit counts a jail's end: one that died before a run took it
+// delays the build after the next one (the first is rebuilt at once, the
+// next after poolRetryMin, doubling up to poolRetryMax), so that a jail
+// that cannot live (its preload crashes its interpreter) is not rebuilt
+// in a loop; a launched one resets the count.
+func (p *Pool) noteExit(launched bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if launched {
+		p.died = 0
+		p.retryAt = time.Time{}
+		return
+	}
+	p.died++
+	if p.died > 1 {
+		p.retryAt = time.Now().Add(min(poolRetryMin<<min(p.died-2, 16), poolRetryMax))
 	}
 }
 

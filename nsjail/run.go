@@ -32,6 +32,9 @@ type Runner struct {
 	log        *slog.Logger
 
 	teardowns sync.WaitGroup // jails being torn down after their run
+
+	preloadMu   sync.Mutex
+	preloadSeen map[string]bool // preload failures logged as warnings (notePreload)
 }
 
 // RunnerConfig configures a Runner.

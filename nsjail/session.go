@@ -80,8 +80,13 @@ func (r *Runner) OpenSession(ctx context.Context, j *Jail, spec *Spec) (_ *Sessi
 			return nil, err
 		}
 	}
-	if !j.claim() {
+	if !j.claim(true) {
 		return nil, fmt.Errorf("session %s: jail %s was used already", spec.ID, j.id)
+	}
+	if j.pool != nil {
+		// A session keeps its jail for long: its pool builds the next one
+		// now, not when this one's init exits.
+		j.pool.wake()
 	}
 	s := &Session{j: j, limits: spec.Runner.Limits, frames: make(chan []byte, sessionFrames), lost: make(chan struct{})}
 	defer func() {

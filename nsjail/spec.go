@@ -85,6 +85,13 @@ type Spec struct {
 	// and rich output. Nil starts Python on the script at launch (build
 	// jails, which need none of that).
 	Runner *RunnerSpec
+	// Preload names modules (runner.ValidModule) that the runner of a
+	// jail built ahead of its run (a Pool's) imports before it says it is
+	// ready, so that the run finds them imported. A jail built for its
+	// run does not preload: its program is waiting already, and the
+	// imports would only delay it. Part of the jail's shape; only with a
+	// Runner.
+	Preload []string
 }
 
 // RunnerSpec is what a run through the runner adds to a Spec.
@@ -120,6 +127,17 @@ func (s *Spec) Validate() error {
 	if s.Runner != nil {
 		if err := s.Runner.Limits.Validate(); err != nil {
 			return bad("%v", err)
+		}
+	}
+	if len(s.Preload) > 0 && s.Runner == nil {
+		return bad("preload needs the runner")
+	}
+	if len(s.Preload) > runner.MaxPreload {
+		return bad("%d modules to preload; the most is %d", len(s.Preload), runner.MaxPreload)
+	}
+	for _, m := range s.Preload {
+		if !runner.ValidModule(m) {
+			return bad("preload %.140q is not a module name", m)
 		}
 	}
 	for _, m := range s.Mounts {
@@ -264,12 +282,15 @@ func (s *Spec) Shape() string {
 	for _, m := range s.Mounts {
 		fmt.Fprintf(&b, " mount=%q:%q:%t", m.Source, m.Destination, m.Writable)
 	}
+	if len(s.Preload) > 0 {
+		fmt.Fprintf(&b, " preload=%q", strings.Join(s.Preload, ","))
+	}
 	return b.String()
 }
 
 // sameJail reports whether a jail built for s can carry out o: everything
-// fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits and
-// network) must be equal. The program, its environment and the cgroup
+// fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits,
+// network and the modules its runner preloads) must be equal. The program, its environment and the cgroup
 // limits are given when the jail is launched.
 func (s *Spec) sameJail(o *Spec) bool {
 	return s.Rootfs == o.Rootfs &&
@@ -278,7 +299,8 @@ func (s *Spec) sameJail(o *Spec) bool {
 		s.Limits.OpenFiles == o.Limits.OpenFiles &&
 		s.HostNetwork == o.HostNetwork &&
 		(s.Runner == nil) == (o.Runner == nil) &&
-		(s.Runner == nil || s.Python == o.Python)
+		(s.Runner == nil || s.Python == o.Python) &&
+		slices.Equal(s.Preload, o.Preload)
 }
 
 // cgroupLimits are the limits of the run's cgroup.

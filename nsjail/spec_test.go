@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/nsjail/layout"
+	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
 func validSpec() *Spec {
@@ -27,27 +29,45 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mutate := range map[string]func(*Spec){
-		"id":          func(s *Spec) { s.ID = "../x" },
-		"long id":     func(s *Spec) { s.ID = strings.Repeat("a", 65) },
-		"rootfs":      func(s *Spec) { s.Rootfs = "rel" },
-		"python":      func(s *Spec) { s.Python = "python3" },
-		"script name": func(s *Spec) { s.ScriptName = "a/b.py" },
-		"dot name":    func(s *Spec) { s.ScriptName = ".x" },
-		"mount":       func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/"}} },
-		"mount dirty": func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/x/../y"}} },
-		"timeout":     func(s *Spec) { s.Limits.Timeout = 0 },
-		"memory":      func(s *Spec) { s.Limits.MemoryBytes = 0 },
-		"pids":        func(s *Spec) { s.Limits.Pids = 0 },
-		"cpus":        func(s *Spec) { s.Limits.CPUs = 0 },
-		"output":      func(s *Spec) { s.Limits.OutputBytes = 0 },
-		"tmp":         func(s *Spec) { s.Limits.TmpBytes = 0 },
-		"nofile":      func(s *Spec) { s.Limits.OpenFiles = 0 },
+		"id":                     func(s *Spec) { s.ID = "../x" },
+		"long id":                func(s *Spec) { s.ID = strings.Repeat("a", 65) },
+		"rootfs":                 func(s *Spec) { s.Rootfs = "rel" },
+		"python":                 func(s *Spec) { s.Python = "python3" },
+		"script name":            func(s *Spec) { s.ScriptName = "a/b.py" },
+		"dot name":               func(s *Spec) { s.ScriptName = ".x" },
+		"mount":                  func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/"}} },
+		"mount dirty":            func(s *Spec) { s.Mounts = []Mount{{Source: "/a", Destination: "/x/../y"}} },
+		"timeout":                func(s *Spec) { s.Limits.Timeout = 0 },
+		"memory":                 func(s *Spec) { s.Limits.MemoryBytes = 0 },
+		"pids":                   func(s *Spec) { s.Limits.Pids = 0 },
+		"cpus":                   func(s *Spec) { s.Limits.CPUs = 0 },
+		"output":                 func(s *Spec) { s.Limits.OutputBytes = 0 },
+		"tmp":                    func(s *Spec) { s.Limits.TmpBytes = 0 },
+		"nofile":                 func(s *Spec) { s.Limits.OpenFiles = 0 },
+		"preload without runner": func(s *Spec) { s.Preload = []string{"json"} },
+		"preload name": func(s *Spec) {
+			s.Runner = &RunnerSpec{Mode: "script", Limits: runner.DefaultLimits()}
+			s.Preload = []string{"json,os"}
+		},
+		"preload count": func(s *Spec) {
+			s.Runner = &RunnerSpec{Mode: "script", Limits: runner.DefaultLimits()}
+			s.Preload = slices.Repeat([]string{"json"}, runner.MaxPreload+1)
+		},
 	} {
 		s := validSpec()
 		mutate(s)
 		if err := s.Validate(); !errors.Is(err, ErrInvalidSpec) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+func TestValidatePreload(t *testing.T) {
+	s := validSpec()
+	s.Runner = &RunnerSpec{Mode: "script", Limits: runner.DefaultLimits()}
+	s.Preload = []string{"json", "xml.dom.minidom"}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -166,6 +186,7 @@ func TestShapeMatchesSameJail(t *testing.T) {
 		"mount":    func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/usr/lib/cellblock-env"}} },
 		"writable": func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/d", Writable: true}} },
 		"runner":   func(s *Spec) { s.Runner = nil },
+		"preload":  func(s *Spec) { s.Preload = []string{"json"} },
 	}
 	for want, cases := range map[bool]map[string]func(*Spec){true: same, false: other} {
 		for what, mutate := range cases {
@@ -185,5 +206,19 @@ func TestShapeMatchesSameJail(t *testing.T) {
 	b.Mounts = []Mount{{Source: "/e", Destination: "/d", Writable: true}}
 	if a.Shape() == b.Shape() || a.sameJail(&b) {
 		t.Errorf("a writable mount shares jails with a read-only one")
+	}
+	// A changed preload list, or another order (the order the modules
+	// are imported in), is another jail.
+	a, b = *base, *base
+	a.Preload = []string{"json", "csv"}
+	for _, p := range [][]string{{"json"}, {"csv", "json"}, {"json", "csv", "ast"}, nil} {
+		b.Preload = p
+		if a.Shape() == b.Shape() || a.sameJail(&b) {
+			t.Errorf("preload %q shares jails with %q", p, a.Preload)
+		}
+	}
+	b.Preload = []string{"json", "csv"}
+	if a.Shape() != b.Shape() || !a.sameJail(&b) {
+		t.Errorf("the same preload list: other jails")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,10 +60,22 @@ func run() error {
 		return nil
 	})
 	fs.StringVar(&hc.SocketGroup, "socket-group", "", "with --http unix:PATH: make the socket 0660 for `GROUP` and admit its members")
+	var warm mcpserver.WarmEnv
+	fs.Func("preload-env", "at start, have cellblockd build the dependency environment of this `REQUIREMENT` (repeatable, one requirement each, as run_python's dependencies): run_python calls with exactly these dependencies then find it built", func(v string) error {
+		warm.Dependencies = append(warm.Dependencies, v)
+		return nil
+	})
+	fs.Func("preload", "with --preload-env: `MODULES` (comma list, repeatable, such as pandas,numpy) that the environment's prestarted jails import while they wait, so that the run's own import of them is free; sets the environment's preload list in cellblockd", func(v string) error {
+		for _, m := range strings.Split(v, ",") {
+			warm.Preload = append(warm.Preload, strings.TrimSpace(m))
+		}
+		return nil
+	})
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n"+
+			"                    [--preload-env REQUIREMENT ... [--preload MODULES]]\n\n"+
 			"Serves the MCP tools run_python, check_environment and validate_python, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
 	}
@@ -74,6 +87,14 @@ func run() error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if warm.Preload != nil && warm.Dependencies == nil {
+		return fmt.Errorf("--preload needs --preload-env: the modules are preloaded in that environment's jails")
+	}
+	if warm.Dependencies != nil {
+		if aerr := warm.Request().Validate(); aerr != nil {
+			return fmt.Errorf("--%s: %s", strings.ReplaceAll(strings.Split(aerr.Field, "[")[0], "dependencies", "preload-env"), aerr.Message)
+		}
 	}
 	if version == "" {
 		version = "devel"
@@ -103,7 +124,12 @@ func run() error {
 	if infoErr != nil {
 		log.Warn("cellblockd is not reachable; starting with generic tool descriptions", "socket", c.Socket(), "err", infoErr)
 	}
-	srv := mcpserver.New(mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log})
+	cfg := mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log}
+	if warm.Dependencies != nil {
+		cfg.Warm = &warm
+		go mcpserver.BuildWarmEnv(ctx, c, &warm, log)
+	}
+	srv := mcpserver.New(cfg)
 
 	if hc.Addr == "" {
 		return mcpserver.ServeStdio(ctx, srv, os.Stdin, os.Stdout, log)

@@ -15,29 +15,42 @@ import (
 	"github.com/cellblock/cellblock/internal/client"
 )
 
-// benchWheelhouse writes a wheelhouse with one small pure-Python package,
-// cbbench, readable by the build jail's user, and returns its directory.
-// The daemon is started with --no-index --find-links on it.
+// benchWheelhouse writes a wheelhouse with two small pure-Python packages,
+// readable by the build jail's user, and returns its directory: cbbench,
+// which imports nothing, and cbpre, which imports a few modules of the
+// standard library that the runner does not (as real packages do), for
+// the preload figures. The daemon is started with --no-index --find-links
+// on it.
 func benchWheelhouse(tmp string) (string, error) {
 	dir := filepath.Join(tmp, "wheels")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", err
 	}
-	const di = "cbbench-1.0.dist-info"
-	files := map[string]string{
+	if err := writeBenchWheel(dir, "cbbench", map[string]string{
 		"cbbench/__init__.py": "def answer():\n    return 42\n",
-		di + "/METADATA":      "Metadata-Version: 2.1\nName: cbbench\nVersion: 1.0\n",
-		di + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: cellblock-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}); err != nil {
+		return "", err
 	}
+	return dir, writeBenchWheel(dir, "cbpre", map[string]string{
+		"cbpre/__init__.py": "import decimal, fractions, statistics, difflib, csv\n\n" +
+			"def answer():\n    return int(statistics.median([fractions.Fraction(84, 2), decimal.Decimal(42)]))\n",
+	})
+}
+
+// writeBenchWheel writes the wheel of name 1.0 with files into dir.
+func writeBenchWheel(dir, name string, files map[string]string) error {
+	di := name + "-1.0.dist-info"
+	files[di+"/METADATA"] = "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
+	files[di+"/WHEEL"] = "Wheel-Version: 1.0\nGenerator: cellblock-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
 	var record strings.Builder
 	for name, content := range files {
 		sum := sha256.Sum256([]byte(content))
 		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
 	}
 	files[di+"/RECORD"] = record.String() + di + "/RECORD,,\n"
-	f, err := os.OpenFile(filepath.Join(dir, "cbbench-1.0-py3-none-any.whl"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(filepath.Join(dir, name+"-1.0-py3-none-any.whl"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
 	if err != nil {
-		return "", err
+		return err
 	}
 	zw := zip.NewWriter(f)
 	for name, content := range files {
@@ -47,14 +60,14 @@ func benchWheelhouse(tmp string) (string, error) {
 		}
 		if err != nil {
 			f.Close()
-			return "", err
+			return err
 		}
 	}
 	if err := zw.Close(); err != nil {
 		f.Close()
-		return "", err
+		return err
 	}
-	return dir, f.Close()
+	return f.Close()
 }
 
 // depsBench reports what dependencies cost: the first run of a PEP 723
@@ -156,5 +169,71 @@ func warmDepsBench(d *benchDaemon, n int) error {
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| one cached dependency, in the jail kept for its shape | %s | %s | %.2f× |\n", ms(median(deps)), ms(percentile(deps, 0.9)), float64(median(deps))/float64(median(plain)))
 	fmt.Printf("| no dependencies, a default jail | %s | %s | 1.00× |\n", ms(median(plain)), ms(percentile(plain, 0.9)))
+	return preloadBench(d, n)
+}
+
+// preloadBench measures, inside the run, what `import cbpre` costs in a
+// prestarted jail of an environment that preloads it and in one of an
+// environment that does not (the same package under another requirement
+// string, so another environment), interleaved, each after every kind of
+// jail is ready again; and the whole API call of each.
+func preloadBench(d *benchDaemon, n int) error {
+	ctx := context.Background()
+	const code = "import time\nt0 = time.perf_counter()\nimport cbpre\nt1 = time.perf_counter()\n" +
+		"print(cbpre.answer(), round((t1 - t0) * 1e6))\n"
+	preloaded := &api.RunRequest{Code: code, Dependencies: []string{"cbpre"}}
+	plain := &api.RunRequest{Code: code, Dependencies: []string{"cbpre>=1"}}
+	// The build prestarts the preloading environment's jail; the other
+	// gets its own after its first run. With cbbench's, three shapes.
+	if _, err := d.Client.BuildEnv(ctx, &api.EnvBuildRequest{Dependencies: []string{"cbpre"}, Preload: []string{"cbpre"}}); err != nil {
+		return fmt.Errorf("build the preloading environment: %w", err)
+	}
+	if _, err := d.Client.Run(ctx, plain); err != nil {
+		return err
+	}
+	const shapes = 3
+	timed := func(req *api.RunRequest) (call, imp time.Duration, err error) {
+		if err := d.settleShapes(shapes); err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		res, err := d.Client.Run(ctx, req)
+		call = time.Since(start)
+		if err != nil {
+			return 0, 0, err
+		}
+		var answer, us int64
+		if _, serr := fmt.Sscanf(res.Stdout, "%d %d", &answer, &us); serr != nil || answer != 42 || res.Error != nil || res.ExitCode != 0 || !res.Phases.Prestarted {
+			return 0, 0, fmt.Errorf("preload run failed or not prestarted: %+v", res)
+		}
+		return call, time.Duration(us) * time.Microsecond, nil
+	}
+	var preCall, preImp, plainCall, plainImp []time.Duration
+	for i := 0; i < n; i++ {
+		c, imp, err := timed(preloaded)
+		if err != nil {
+			return err
+		}
+		preCall, preImp = append(preCall, c), append(preImp, imp)
+		if c, imp, err = timed(plain); err != nil {
+			return err
+		}
+		plainCall, plainImp = append(plainCall, c), append(plainImp, imp)
+	}
+	fmt.Printf("\n`import cbpre` (a package that imports decimal, fractions, statistics, difflib and csv) inside the run, in prestarted jails (time.perf_counter around the import; API calls, %d interleaved runs):\n\n", n)
+	fmt.Println("| environment | import, median | import, p90 | API call, median | API call, p90 |")
+	fmt.Println("|---|---|---|---|---|")
+	fmt.Printf("| preloads cbpre | %s | %s | %s | %s |\n", usText(median(preImp)), usText(percentile(preImp, 0.9)), ms(median(preCall)), ms(percentile(preCall, 0.9)))
+	fmt.Printf("| does not preload | %s | %s | %s | %s |\n", usText(median(plainImp)), usText(percentile(plainImp, 0.9)), ms(median(plainCall)), ms(percentile(plainCall, 0.9)))
+	target := "met"
+	if median(preImp) >= time.Millisecond {
+		target = "missed"
+	}
+	fmt.Printf("\na preloaded import costs %s against %s (target < 1 ms: %s); the call %s against %s (%.2f×).\n",
+		usText(median(preImp)), usText(median(plainImp)), target, ms(median(preCall)), ms(median(plainCall)),
+		float64(median(preCall))/float64(median(plainCall)))
 	return nil
 }
+
+// usText is d in microseconds.
+func usText(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }

@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Paths of the dependency environment API.
 const (
@@ -19,6 +23,66 @@ type EnvBuildRequest struct {
 	// Python picks the interpreter by version prefix; empty means the
 	// default one. An environment belongs to one interpreter version.
 	Python string `json:"python,omitempty"`
+	// Preload names modules (dotted, such as "pandas" or
+	// "matplotlib.pyplot") that prestarted jails of this environment
+	// import while they wait for their run. Absent or null leaves the
+	// environment's list as it is; a list, even an empty one, replaces
+	// it. It is not part of the environment's key: the packages are the
+	// same. A run request cannot name modules to preload.
+	Preload []string `json:"preload"`
+}
+
+// Bounds of a preload list.
+const (
+	// MaxPreload is the most modules one environment preloads.
+	MaxPreload = 64
+	// MaxModuleName is the longest module name, dots included.
+	MaxModuleName = 128
+)
+
+// ValidModuleName reports whether name is a module name a preload list
+// may hold: ASCII identifiers joined by dots.
+func ValidModuleName(name string) bool {
+	if name == "" || len(name) > MaxModuleName {
+		return false
+	}
+	for _, part := range strings.Split(name, ".") {
+		if part == "" || part[0] >= '0' && part[0] <= '9' {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// NormalizePreload checks a preload list and returns it without
+// repeats, in its order (the order modules are imported in). An invalid
+// one is an *Error naming field or its entry.
+func NormalizePreload(field string, mods []string) ([]string, *Error) {
+	if mods == nil {
+		return nil, nil
+	}
+	if len(mods) > MaxPreload {
+		return nil, Errorf(ErrBadRequest, field, "has %d modules; the maximum is %d", len(mods), MaxPreload)
+	}
+	out := make([]string, 0, len(mods))
+	seen := make(map[string]bool, len(mods))
+	for i, m := range mods {
+		if !ValidModuleName(m) {
+			return nil, Errorf(ErrBadRequest, fmt.Sprintf("%s[%d]", field, i),
+				"%.140q is not a module name such as pandas or matplotlib.pyplot (dotted identifiers, at most %d characters)", m, MaxModuleName)
+		}
+		if !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }
 
 // Validate checks the request's shape; it returns an *Error naming the
@@ -28,7 +92,11 @@ func (r *EnvBuildRequest) Validate() *Error {
 		return Errorf(ErrBadRequest, "dependencies", "is required: name at least one requirement")
 	}
 	// The same rules as a run's dependencies and python.
-	return (&RunRequest{Code: "\n", Dependencies: r.Dependencies, Python: r.Python}).Validate()
+	if err := (&RunRequest{Code: "\n", Dependencies: r.Dependencies, Python: r.Python}).Validate(); err != nil {
+		return err
+	}
+	_, err := NormalizePreload("preload", r.Preload)
+	return err
 }
 
 // EnvBuildResult answers an EnvBuildRequest.
@@ -38,6 +106,8 @@ type EnvBuildResult struct {
 	Python string `json:"python"`
 	// DurationMs is how long the request took (the build, on a miss).
 	DurationMs int64 `json:"duration_ms"`
+	// Preload is the environment's preload list after the request.
+	Preload []string `json:"preload"`
 }
 
 // EnvInfo describes one cached environment.
@@ -56,6 +126,9 @@ type EnvInfo struct {
 	LastUsed     time.Time `json:"last_used"`
 	// InUse is how many runs hold the environment now.
 	InUse int `json:"in_use"`
+	// Preload are the modules its prestarted jails import while they
+	// wait (EnvBuildRequest.Preload); empty when none.
+	Preload []string `json:"preload"`
 }
 
 // EnvList is the body of GET PathEnvs.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,7 +21,8 @@ func (envCmd) synopsis() string { return "list, build and delete cached dependen
 func (envCmd) usage() string {
 	return `Usage:
   cellblock env ls [--json]
-  cellblock env build [--json] [--python VERSION] --with REQUIREMENT [--with ...]
+  cellblock env build [--json] [--python VERSION] [--preload MODULES | --no-preload]
+                      --with REQUIREMENT [--with ...]
   cellblock env rm [--json] ID [ID...]
   cellblock env prune [--json]
 
@@ -40,6 +42,15 @@ Flags:
                        (repeatable); plain arguments after the flags count
                        too
   --python VERSION     the interpreter the environment is for: 3.12
+  --preload MODULES    modules that prestarted jails of the environment
+                       import while they wait for a run, so that the run's
+                       own import of them is free: pandas,numpy (a comma
+                       list, repeatable; dotted names such as
+                       matplotlib.pyplot). Replaces the environment's list;
+                       without it the list stays as it is. Imported before
+                       the request, with the jail's environment variables,
+                       not the run's (see the README, "Preloaded imports")
+  --no-preload         clear the environment's preload list
   --json               print the daemon's answer as one JSON object
   --socket PATH        the daemon's socket (else $CELLBLOCK_SOCKET, else
                        /run/cellblock/cellblockd.sock)
@@ -53,11 +64,14 @@ func (c envCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	sub, args := args[0], args[1:]
 	fs := inv.newFlagSet("env " + sub)
 	asJSON := fs.Bool("json", false, "")
-	var with []string
+	var with, preload []string
 	python := ""
+	noPreload := false
 	if sub == "build" {
 		fs.Var(listValue{&with}, "with", "")
 		fs.StringVar(&python, "python", "", "")
+		fs.Var(moduleListValue{&preload}, "preload", "")
+		fs.BoolVar(&noPreload, "no-preload", false, "")
 	}
 	switch sub {
 	case "ls", "list", "build", "rm", "prune":
@@ -90,9 +104,15 @@ func (c envCmd) main(ctx context.Context, inv *invocation, args []string) int {
 		if len(with) == 0 {
 			return inv.usageError(c, "env build needs at least one --with REQUIREMENT")
 		}
-		req := &api.EnvBuildRequest{Dependencies: with, Python: python}
+		if noPreload && preload != nil {
+			return inv.usageError(c, "--preload and --no-preload together")
+		}
+		if noPreload {
+			preload = []string{} // sent as [], which clears the list
+		}
+		req := &api.EnvBuildRequest{Dependencies: with, Python: python, Preload: preload}
 		if e := req.Validate(); e != nil {
-			return inv.usageError(c, "%s", describeInvalid(e, &api.RunRequest{Dependencies: with}, ""))
+			return inv.usageError(c, "%s", describePreloadInvalid(e, req))
 		}
 		var res *api.EnvBuildResult
 		if res, err = cl.BuildEnv(ctx, req); err == nil {
@@ -105,6 +125,9 @@ func (c envCmd) main(ctx context.Context, inv *invocation, args []string) int {
 				}
 				fmt.Fprintf(inv.stderr, "cellblock: %s environment for Python %s in %s: %s\n",
 					how, res.Python, formatMillis(res.DurationMs), packageList(res.Environment.Packages))
+				if len(res.Preload) > 0 {
+					fmt.Fprintf(inv.stderr, "cellblock: its prestarted jails preload %s\n", strings.Join(res.Preload, ", "))
+				}
 			}
 		}
 	case "rm":
@@ -156,10 +179,14 @@ func (c envCmd) main(ctx context.Context, inv *invocation, args []string) int {
 // writeEnvList prints the environments as a table.
 func writeEnvList(w io.Writer, list *api.EnvList) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "ID\tPYTHON\tSIZE\tLAST USED\tIN USE\tPACKAGES\n")
+	fmt.Fprintf(tw, "ID\tPYTHON\tSIZE\tLAST USED\tIN USE\tPRELOAD\tPACKAGES\n")
 	for _, e := range list.Envs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.Python, formatSize(e.SizeBytes),
-			e.LastUsed.Local().Format(time.DateTime), e.InUse, packageList(e.Packages))
+		preload := "-"
+		if len(e.Preload) > 0 {
+			preload = strings.Join(e.Preload, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Python, formatSize(e.SizeBytes),
+			e.LastUsed.Local().Format(time.DateTime), e.InUse, preload, packageList(e.Packages))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d environment(s), %s of %s\n", len(list.Envs), formatSize(list.TotalBytes), formatSize(list.BudgetBytes))
@@ -175,4 +202,38 @@ func packageList(pkgs []api.Package) string {
 		s[i] = p.Name + "==" + p.Version
 	}
 	return strings.Join(s, ", ")
+}
+
+// moduleListValue collects --preload: comma lists, repeatable. Empty
+// entries are kept, for validation to name.
+type moduleListValue struct{ list *[]string }
+
+func (v moduleListValue) String() string {
+	if v.list == nil {
+		return ""
+	}
+	return strings.Join(*v.list, ",")
+}
+
+func (v moduleListValue) Set(s string) error {
+	for _, m := range strings.Split(s, ",") {
+		*v.list = append(*v.list, strings.TrimSpace(m))
+	}
+	return nil
+}
+
+// describePreloadInvalid is describeInvalid for env build, which also
+// names a bad --preload entry.
+func describePreloadInvalid(e *api.Error, req *api.EnvBuildRequest) string {
+	if base, rest, ok := strings.Cut(e.Field, "["); ok && base == "preload" {
+		what := "--preload"
+		if i, err := strconv.Atoi(strings.TrimSuffix(rest, "]")); err == nil && i >= 0 && i < len(req.Preload) {
+			what = fmt.Sprintf("--preload %q", req.Preload[i])
+		}
+		return what + ": " + e.Message
+	}
+	if e.Field == "preload" {
+		return "--preload: " + e.Message
+	}
+	return describeInvalid(e, &api.RunRequest{Dependencies: req.Dependencies}, "")
 }

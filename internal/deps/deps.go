@@ -358,6 +358,26 @@ func (a *Attachment) Mounts() []nsjail.Mount {
 	return []nsjail.Mount{a.mount}
 }
 
+// Preload are the modules prestarted jails of the environment import
+// while they wait; nil without an environment or a list.
+func (a *Attachment) Preload() []string {
+	if a == nil {
+		return nil
+	}
+	return preloadOf(a.lease.Env.Preload)
+}
+
+// preloadOf is a stored preload list as jails may get it: checked again,
+// since it came from a file, and nil when it is empty or not valid (the
+// environment then preloads nothing rather than fail its runs).
+func preloadOf(mods []string) []string {
+	out, err := api.NormalizePreload("preload", mods)
+	if err != nil || len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 // Result is the result's environment object.
 func (a *Attachment) Result() *api.Environment {
 	if a == nil {
@@ -561,12 +581,36 @@ func (d *Manager) Build(ctx context.Context, p Picker, req *api.EnvBuildRequest)
 	if err != nil {
 		return nil, err
 	}
+	preload, aerr := api.NormalizePreload("preload", req.Preload)
+	if aerr != nil {
+		return nil, aerr
+	}
 	att, err := d.attach(ctx, py, reqs)
 	if err != nil {
 		return nil, err
 	}
 	defer att.Release()
-	return &api.EnvBuildResult{Environment: att.Result(), Python: py.Version, DurationMs: time.Since(start).Milliseconds()}, nil
+	if preload != nil {
+		// A new list, empty to clear it: held by the lease, the
+		// environment cannot go away meanwhile.
+		info, err := d.store.SetPreload(att.lease.Env.ID, preload)
+		if err != nil {
+			return nil, err
+		}
+		att.lease.Env.Preload = info.Preload
+	}
+	return &api.EnvBuildResult{
+		Environment: att.Result(), Python: py.Version, DurationMs: time.Since(start).Milliseconds(),
+		Preload: nonNil(att.Preload()),
+	}, nil
+}
+
+// nonNil is mods, or an empty list for JSON's [] rather than null.
+func nonNil(mods []string) []string {
+	if mods == nil {
+		return []string{}
+	}
+	return mods
 }
 
 // Remove deletes one environment that no run holds.
@@ -599,6 +643,7 @@ func envInfo(in envs.Info) api.EnvInfo {
 		ID: in.ID, Python: in.Spec.Python, ABI: in.Spec.ABI, Requirements: in.Spec.Requirements,
 		Policy: string(in.Spec.Policy), Installer: in.Installer, SizeBytes: in.SizeBytes,
 		Built: in.Built, LastUsed: in.LastUsed, InUse: in.InUse, Packages: []api.Package{},
+		Preload: nonNil(preloadOf(in.Preload)),
 	}
 	for _, p := range in.Packages {
 		out.Packages = append(out.Packages, api.Package{Name: p.Name, Version: p.Version, Hash: p.Hash})

@@ -164,3 +164,24 @@ func TestSiteDir(t *testing.T) {
 		t.Errorf("no site-packages: %v", err)
 	}
 }
+
+// TestPreloadOf: a stored preload list reaches jails only when it is
+// valid; a damaged one preloads nothing rather than fail the runs.
+func TestPreloadOf(t *testing.T) {
+	for _, c := range []struct {
+		in, want []string
+	}{
+		{nil, nil},
+		{[]string{}, nil},
+		{[]string{"pandas", "numpy", "pandas"}, []string{"pandas", "numpy"}},
+		{[]string{"pandas", "not a module"}, nil},
+	} {
+		if got := preloadOf(c.in); !slices.Equal(got, c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("preloadOf(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	var a *Attachment
+	if a.Preload() != nil {
+		t.Error("no environment preloads something")
+	}
+}

@@ -24,7 +24,7 @@ func TestOutputSchemasMatchTheGoTypes(t *testing.T) {
 		schema json.RawMessage
 		typ    reflect.Type
 	}{
-		{ToolRunPython, runPythonTool(nil).RawOutputSchema, reflect.TypeFor[api.Result]()},
+		{ToolRunPython, runPythonTool(nil, nil).RawOutputSchema, reflect.TypeFor[api.Result]()},
 		{ToolCheckEnvironment, checkEnvironmentTool(nil).RawOutputSchema, reflect.TypeFor[api.Info]()},
 		{ToolValidatePython, validatePythonTool(nil).RawOutputSchema, reflect.TypeFor[validation]()},
 	} {

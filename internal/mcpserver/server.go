@@ -57,6 +57,10 @@ type Config struct {
 	Version string
 	// Logger receives the front end's own log; nil discards it.
 	Logger *slog.Logger
+	// Warm is the environment cellblock-mcp has the daemon build at
+	// start (BuildWarmEnv), which run_python's description names; nil
+	// for none.
+	Warm *WarmEnv
 }
 
 // handler carries out the tool calls of one MCP server.
@@ -72,6 +76,8 @@ type handler struct {
 	info *api.Info
 	// startErr is why the daemon could not be reached at start-up.
 	startErr error
+	// warm is Config.Warm.
+	warm *WarmEnv
 }
 
 // New returns an MCP server offering cellblock's tools. Serve it with
@@ -91,6 +97,7 @@ func New(cfg Config) *server.MCPServer {
 		version:  version,
 		info:     cfg.Info,
 		startErr: cfg.InfoErr,
+		warm:     cfg.Warm,
 	}
 	h.srv = server.NewMCPServer(Name, version,
 		server.WithToolCapabilities(true),
@@ -115,7 +122,7 @@ const instructions = "cellblock runs Python programs in a locked-down Linux sand
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
 	return []server.ServerTool{
-		{Tool: runPythonTool(info), Handler: h.runPython},
+		{Tool: runPythonTool(info, h.warm), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
 	}

@@ -15,7 +15,7 @@ import (
 // and a short example. Limits and Python versions come from the daemon's
 // /v1/info; with no info the text says where to find them instead.
 
-func runPythonTool(info *api.Info) mcp.Tool {
+func runPythonTool(info *api.Info, warm *WarmEnv) mcp.Tool {
 	var b strings.Builder
 	b.WriteString(`Run Python code in a fresh, isolated sandbox and get back the value of its last expression, its stdout and stderr, any exception, its plots and rich output, its exit status and resource use.
 
@@ -29,6 +29,7 @@ What the sandbox allows and forbids:
 	b.WriteString("- " + filesystemText(info) + "\n")
 	b.WriteString("- Third-party packages only through \"dependencies\" or a PEP 723 \"# /// script\" block at the top of the code. " +
 		dependencySourceText(info) + " Nothing can be installed while the program runs (no pip, no network).\n")
+	b.WriteString(warmText(warm))
 	b.WriteString("- Python: " + pythonsText(info) + "\n")
 	b.WriteString("- Limits: " + limitsText(info) + "\n")
 	if info != nil && info.MaxConcurrent > 0 {

@@ -115,7 +115,7 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		return nil, err
 	}
 	defer env.Release()
-	spec := e.spec(id, py, req, l, env.Mounts())
+	spec := e.spec(id, py, req, l, env)
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {
 		j = e.pool.Take(spec)
@@ -200,8 +200,9 @@ func reportsOf(r *runner.Result, res *api.Result) {
 	}
 }
 
-// spec describes the run of req on py under limits l with mounts.
-func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.Limits, mounts []nsjail.Mount) *nsjail.Spec {
+// spec describes the run of req on py under limits l with the dependency
+// environment env (nil for none): its mount and its preload list.
+func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.Limits, env *deps.Attachment) *nsjail.Spec {
 	spec := &nsjail.Spec{
 		ID:         id,
 		Rootfs:     py.Dir,
@@ -219,8 +220,9 @@ func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 			TmpBytes:    l.TmpBytes,
 			OpenFiles:   e.cfg.OpenFiles,
 		},
-		Mounts: mounts,
-		Runner: &nsjail.RunnerSpec{Mode: req.Mode, Inputs: req.Inputs, Limits: e.cfg.Reports},
+		Mounts:  env.Mounts(),
+		Preload: env.Preload(),
+		Runner:  &nsjail.RunnerSpec{Mode: req.Mode, Inputs: req.Inputs, Limits: e.cfg.Reports},
 	}
 	if spec.Runner.Mode == "" {
 		spec.Runner.Mode = api.ModeScript
@@ -270,9 +272,24 @@ func (e *Executor) Info() api.Info {
 // Envs implements server.EnvManager.
 func (e *Executor) Envs(ctx context.Context) (*api.EnvList, error) { return e.deps.List(), nil }
 
-// BuildEnv implements server.EnvManager.
+// BuildEnv implements server.EnvManager. An environment with a preload
+// list also gets a prestarted jail of the shape its runs take with the
+// default limits, as a first run would give it: its first run finds the
+// modules imported. It decays like any other when no run comes.
 func (e *Executor) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
-	return e.deps.Build(ctx, e.store, req)
+	res, err := e.deps.Build(ctx, e.store, req)
+	if err != nil || len(res.Preload) == 0 || e.shapes == nil {
+		return res, err
+	}
+	run := &api.RunRequest{Code: "\n", Python: req.Python, Dependencies: req.Dependencies}
+	py, env, err := e.deps.Resolve(ctx, e.store, run)
+	if err != nil {
+		e.log.Warn("prestart a jail for a preloading environment", "env", res.Environment.ID, "err", err)
+		return res, nil
+	}
+	defer env.Release()
+	e.shapes.want(e.spec("prestart", py, run, e.cfg.Defaults, env), py, run, e.cfg.Defaults)
+	return res, nil
 }
 
 // RemoveEnv implements server.EnvManager.

@@ -32,7 +32,7 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 	if err != nil {
 		return nil, err
 	}
-	spec := e.spec(id, py, run, l, env.Mounts())
+	spec := e.spec(id, py, run, l, env)
 	spec.Runner.Mode = api.ModeCell
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {

@@ -12,7 +12,8 @@ import (
 )
 
 // shapes keeps one prestarted jail for each shape of jail (see
-// nsjail.Spec.Shape: interpreter, dependency environment, tmp size)
+// nsjail.Spec.Shape: interpreter, dependency environment and its preload
+// list, tmp size)
 // that recent runs used besides the default one, which the executor's
 // own pool serves. A shape gets its pool after its first run, which
 // builds its jail on request; it keeps it while runs use it, and loses
@@ -51,6 +52,12 @@ func newShapes(e *Executor, max int, idle time.Duration) *shapes {
 // environment and limits l, or nil. Without a pool for spec's shape it
 // starts one, for the shape's next run.
 func (s *shapes) take(spec *nsjail.Spec, py rootfs.Python, req *api.RunRequest, l api.Limits) *nsjail.Jail {
+	return s.want(spec, py, req, l).Take(spec) // nil while the pool starts
+}
+
+// want notes a use of spec's shape now and returns its pool, nil when it
+// has none yet: then it starts one, for the shape's next run.
+func (s *shapes) want(spec *nsjail.Spec, py rootfs.Python, req *api.RunRequest, l api.Limits) *nsjail.Pool {
 	if s == nil {
 		return nil
 	}
@@ -76,7 +83,7 @@ func (s *shapes) take(spec *nsjail.Spec, py rootfs.Python, req *api.RunRequest, 
 	sp.last = time.Now()
 	pool := sp.pool
 	s.mu.Unlock()
-	return pool.Take(spec) // nil while the pool starts
+	return pool
 }
 
 // evictLocked takes the least recently used shapes' pools out while there
@@ -122,7 +129,7 @@ func (s *shapes) start(key string, py rootfs.Python, req *api.RunRequest, l api.
 	}
 	limits := s.e.cfg.Defaults
 	limits.TmpBytes = l.TmpBytes
-	proto := s.e.spec("prestart", py2, &api.RunRequest{}, limits, env.Mounts())
+	proto := s.e.spec("prestart", py2, &api.RunRequest{}, limits, env)
 	if py2.Dir != py.Dir || proto.Shape() != key {
 		fail("prestart a jail of another shape: the shape moved", nil)
 		return

@@ -70,12 +70,23 @@ func TestEnvRoutes(t *testing.T) {
 			_, err := c.BuildEnv(ctx, &api.EnvBuildRequest{Dependencies: []string{"cbmissing"}})
 			return err
 		}, api.ErrDependency, "dependencies"},
+		{"bad preload", func() error {
+			_, err := c.BuildEnv(ctx, &api.EnvBuildRequest{Dependencies: []string{"x"}, Preload: []string{"x", "os; rm"}})
+			return err
+		}, api.ErrBadRequest, "preload[1]"},
 		{"not found", func() error { _, err := c.RemoveEnv(ctx, "nope"); return err }, api.ErrNotFound, "id"},
 		{"in use", func() error { _, err := c.RemoveEnv(ctx, "busy"); return err }, api.ErrInUse, "id"},
 	} {
 		err := c2.call()
 		if !errors.As(err, &aerr) || aerr.Type != c2.typ || aerr.Field != c2.field {
 			t.Errorf("%s: %v; want %s on %s", c2.name, err, c2.typ, c2.field)
+		}
+	}
+	// The preload list reaches the manager as sent: absent, or a list.
+	for _, want := range [][]string{nil, {}, {"pandas", "numpy"}} {
+		if _, err := c.BuildEnv(ctx, &api.EnvBuildRequest{Dependencies: []string{"rich"}, Preload: want}); err != nil ||
+			(f.built.Preload == nil) != (want == nil) || len(f.built.Preload) != len(want) {
+			t.Errorf("build with preload %#v: manager got %#v, %v", want, f.built.Preload, err)
 		}
 	}
 	if r, err := c.RemoveEnv(ctx, "e1"); err != nil || len(r.Removed) != 1 {
@@ -94,6 +105,15 @@ func TestEnvBuildRefusesUnknownFields(t *testing.T) {
 	}
 	if aerr := decodeBody([]byte(`{"dependencies": "rich"}`), &v); aerr == nil || aerr.Field != "dependencies" {
 		t.Errorf("wrong type: %+v", aerr)
+	}
+}
+
+// TestRunRequestCannotPreload: what a jail preloads is the environment's,
+// set by whoever builds it; a run request cannot name modules.
+func TestRunRequestCannotPreload(t *testing.T) {
+	_, aerr := DecodeRunRequest([]byte(`{"code": "import os", "dependencies": ["rich"], "preload": ["rich"]}`))
+	if aerr == nil || aerr.Field != "preload" || aerr.Type != api.ErrBadRequest {
+		t.Errorf("a run request with preload: %+v", aerr)
 	}
 }
 

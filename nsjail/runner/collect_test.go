@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func frame(s string) []byte {
@@ -270,10 +271,53 @@ func TestReadReady(t *testing.T) {
 		{`{"type":"started"}`, false},
 		{`{"type":"ready","protocol":1,"python":"3.11.7","x":1}`, false},
 		{`{"type":"ready","protocol":1,"python":"3.11.7"} {}`, false},
+		{`{"type":"ready","protocol":1,"python":"3.11.7","preload_failed":[{"module":"x","error":"ImportError: no"}]}`, true},
+		{`{"type":"ready","protocol":1,"python":"3.11.7","preload_failed":[{"module":"x","error":"e","more":1}]}`, false},
+		{`{"type":"ready","protocol":1,"python":"3.11.7","preload_failed":{}}`, false},
 	} {
 		_, err := ReadReady(NewFrameReader(bytes.NewReader(frame(tc.frame)), ReadyFrameBytes))
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v", tc.frame, err)
+		}
+	}
+}
+
+// TestReadReadyBoundsPreloadFailures: what the runner says of its
+// preload is untrusted: kept to the list's bounds, names checked.
+func TestReadReadyBoundsPreloadFailures(t *testing.T) {
+	var fails []PreloadFailure
+	for range MaxPreload + 10 {
+		fails = append(fails, PreloadFailure{Module: "ok.name", Error: strings.Repeat("é", PreloadErrorBytes)})
+	}
+	fails[1].Module = "bad name,x"
+	fails[2].Module = strings.Repeat("a", MaxModuleName+1)
+	b, _ := json.Marshal(Ready{Type: TypeReady, Protocol: ProtocolVersion, Python: "3.12.1", PreloadFailed: fails})
+	m, err := ReadReady(NewFrameReader(bytes.NewReader(frame(string(b))), ReadyFrameBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.PreloadFailed) != MaxPreload {
+		t.Fatalf("%d failures kept, want %d", len(m.PreloadFailed), MaxPreload)
+	}
+	for i, f := range m.PreloadFailed {
+		want := "ok.name"
+		if i == 1 || i == 2 {
+			want = "?"
+		}
+		if f.Module != want || len(f.Error) > PreloadErrorBytes || !utf8.ValidString(f.Error) {
+			t.Errorf("failure %d: module %q, error of %d bytes (valid UTF-8 %v)", i, f.Module, len(f.Error), utf8.ValidString(f.Error))
+		}
+	}
+}
+
+func TestValidModule(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"pandas": true, "matplotlib.pyplot": true, "_x.y_2": true, strings.Repeat("a", MaxModuleName): true,
+		"": false, "a,b": false, "a.": false, ".a": false, "a..b": false, "2a": false, "a.2b": false,
+		"a-b": false, "a b": false, "é": false, strings.Repeat("a", MaxModuleName+1): false,
+	} {
+		if ValidModule(name) != ok {
+			t.Errorf("ValidModule(%q) = %v", name, !ok)
 		}
 	}
 }

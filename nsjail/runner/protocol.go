@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // ProtocolVersion is the version of PROTOCOL.md this package speaks.
@@ -117,6 +118,50 @@ type Ready struct {
 	Type     string `json:"type"`
 	Protocol int    `json:"protocol"`
 	Python   string `json:"python"`
+	// PreloadFailed lists the modules of the preload list (EnvPreload)
+	// that could not be imported; ReadReady bounds it.
+	PreloadFailed []PreloadFailure `json:"preload_failed,omitempty"`
+}
+
+// PreloadFailure is one module of the preload list that did not import.
+type PreloadFailure struct {
+	Module string `json:"module"`
+	// Error is "ExceptionType: message", cut to PreloadErrorBytes.
+	Error string `json:"error"`
+}
+
+// The preload list: the modules a jail built ahead of its run imports
+// before its runner says it is ready (PROTOCOL.md, "Preloaded modules").
+const (
+	// EnvPreload is the runner's environment variable that holds the
+	// list, comma-separated; only jails built ahead of their run get it.
+	EnvPreload = "CELLBLOCK_RUNNER_PRELOAD"
+	// MaxPreload is the most modules in the list; MaxModuleName the
+	// longest name (the API's bounds).
+	MaxPreload    = 64
+	MaxModuleName = 128
+	// PreloadErrorBytes bounds a failure's description.
+	PreloadErrorBytes = 256
+)
+
+// ValidModule reports whether name may be in the preload list: ASCII
+// identifiers joined by dots, at most MaxModuleName bytes (so never a
+// comma, the list's separator).
+func ValidModule(name string) bool {
+	if name == "" || len(name) > MaxModuleName {
+		return false
+	}
+	for _, part := range strings.Split(name, ".") {
+		if part == "" || part[0] >= '0' && part[0] <= '9' {
+			return false
+		}
+		for _, c := range []byte(part) {
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Run is the daemon's run message.

@@ -120,5 +120,28 @@ func ReadReady(f *FrameReader) (Ready, error) {
 	if len(m.Python) > 64 {
 		return Ready{}, fmt.Errorf("read runner ready: %w: python version too long", ErrBadMessage)
 	}
+	// What the runner says of its preload: kept to the list's bounds,
+	// never a reason to refuse the jail.
+	if len(m.PreloadFailed) > MaxPreload {
+		m.PreloadFailed = m.PreloadFailed[:MaxPreload]
+	}
+	for i := range m.PreloadFailed {
+		f := &m.PreloadFailed[i]
+		if !ValidModule(f.Module) {
+			f.Module = "?"
+		}
+		f.Error = cutUTF8(f.Error, PreloadErrorBytes)
+	}
 	return m, nil
+}
+
+// cutUTF8 is s cut to at most n bytes, on a rune boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

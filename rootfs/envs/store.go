@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cellblock/cellblock/rootfs"
 )
 
@@ -80,6 +82,9 @@ type Info struct {
 	LastUsed     time.Time
 	// InUse is how many runs hold the environment now.
 	InUse int
+	// Preload are the modules prestarted jails of this environment
+	// import while they wait (SetPreload); not part of its key.
+	Preload []string
 }
 
 // Stats summarizes the store.
@@ -101,6 +106,9 @@ type metadata struct {
 	SizeBytes    int64     `json:"size_bytes"`
 	Built        time.Time `json:"built"`
 	BuildSeconds float64   `json:"build_seconds"`
+	// Preload is set after the build (SetPreload), so it is not in the
+	// key; readers of format 1 without it see none.
+	Preload []string `json:"preload,omitempty"`
 }
 
 // entry is one installed environment.
@@ -115,7 +123,7 @@ func (e *entry) info() Info {
 	return Info{
 		ID: e.meta.ID, Spec: e.meta.Spec, Installer: e.meta.Installer, Packages: e.meta.Packages,
 		SizeBytes: e.meta.SizeBytes, Built: e.meta.Built, BuildSeconds: e.meta.BuildSeconds,
-		LastUsed: e.lastUsed, InUse: e.refs,
+		LastUsed: e.lastUsed, InUse: e.refs, Preload: slices.Clone(e.meta.Preload),
 	}
 }
 
@@ -545,6 +553,72 @@ func (s *Store) Prune() ([]Info, error) {
 	}
 	slices.SortFunc(removed, func(a, b Info) int { return strings.Compare(a.ID, b.ID) })
 	return removed, errors.Join(errs...)
+}
+
+// SetPreload replaces the preload list of the environment with the given
+// ID and returns its description. The list is the caller's to check; it is
+// stored in meta.json, rewritten whole and renamed into place, so that a
+// crash leaves the old list or the new one. It fails with ErrNotFound.
+func (s *Store) SetPreload(id string, mods []string) (Info, error) {
+	if !validID(id) {
+		return Info{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.envs[id]
+	if e == nil {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if len(mods) == 0 {
+		mods = nil
+	}
+	if slices.Equal(e.meta.Preload, mods) {
+		return e.info(), nil
+	}
+	m := e.meta
+	m.Preload = slices.Clone(mods)
+	if err := writeMeta(e.dir, m); err != nil {
+		return Info{}, fmt.Errorf("set the preload list of environment %s: %w", id, err)
+	}
+	e.meta = m
+	s.log.Info("environment preload list", "env", id, "preload", mods)
+	return e.info(), nil
+}
+
+// writeMeta replaces meta.json in dir, a sealed (read-only) environment
+// directory, which it opens for writing only meanwhile.
+func writeMeta(dir string, m metadata) (err error) {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := os.Chmod(dir, 0o555); err == nil {
+			err = cerr
+		}
+	}()
+	tmp := filepath.Join(dir, "."+metaFileName+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o444)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, metaFileName))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // Stats summarizes the store.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -383,5 +384,62 @@ func TestOpenSweeps(t *testing.T) {
 	}
 	if _, err := s.Acquire(context.Background(), Spec{}, nil); err == nil {
 		t.Errorf("an invalid spec was accepted")
+	}
+}
+
+// TestStoreSetPreload: the preload list is kept in meta.json, survives a
+// reopen, shows in leases and the list, and leaves the directory sealed.
+func TestStoreSetPreload(t *testing.T) {
+	dir := storeDir(t)
+	s := openStore(t, dir, 1<<30)
+	fb := &fakeBuild{}
+	spec := specFor("cbalpha")
+	l, err := s.Acquire(context.Background(), spec, fb.fn(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Env.Preload != nil {
+		t.Errorf("a new environment preloads %q", l.Env.Preload)
+	}
+	info, err := s.SetPreload(spec.ID(), []string{"cbalpha", "json"})
+	if err != nil || !slices.Equal(info.Preload, []string{"cbalpha", "json"}) {
+		t.Fatalf("set preload: %+v %v", info, err)
+	}
+	l.Release()
+	envDir := filepath.Join(dir, spec.ID())
+	if fi, err := os.Stat(envDir); err != nil || fi.Mode().Perm() != 0o555 {
+		t.Errorf("environment directory not sealed again: %v %v", fi.Mode(), err)
+	}
+	if ents, _ := os.ReadDir(envDir); len(ents) != 2 {
+		t.Errorf("environment directory holds %d entries, want meta.json and site-packages", len(ents))
+	}
+	if got := s.List(); len(got) != 1 || !slices.Equal(got[0].Preload, []string{"cbalpha", "json"}) {
+		t.Errorf("list: %+v", got)
+	}
+	l, err = s.Acquire(context.Background(), spec, fb.fn(spec))
+	if err != nil || !slices.Equal(l.Env.Preload, []string{"cbalpha", "json"}) {
+		t.Fatalf("lease after set: %+v %v", l, err)
+	}
+	l.Release()
+	s.Close()
+
+	s = openStore(t, dir, 1<<30)
+	if got := s.List(); len(got) != 1 || !slices.Equal(got[0].Preload, []string{"cbalpha", "json"}) {
+		t.Errorf("after reopen: %+v", got)
+	}
+	if info, err := s.SetPreload(spec.ID(), []string{}); err != nil || info.Preload != nil {
+		t.Errorf("clear: %+v %v", info, err)
+	}
+	if got := s.List(); got[0].Preload != nil {
+		t.Errorf("cleared list: %+v", got[0].Preload)
+	}
+	if _, err := s.SetPreload("0123456789abcdef01234567", []string{"x"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown id: %v", err)
+	}
+	if _, err := s.SetPreload("../x", []string{"x"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("bad id: %v", err)
+	}
+	if fb.calls.Load() != 1 {
+		t.Errorf("setting the list rebuilt the environment: %d builds", fb.calls.Load())
 	}
 }

@@ -14,6 +14,14 @@ import os  # noqa: E402
 
 ENV_FD = "CELLBLOCK_RUNNER_FD"
 ENV_RUN_FD = "CELLBLOCK_RUNNER_RUN_FD"
+# The environment's preload list, comma-separated, in a jail built ahead
+# of its run only (PROTOCOL.md, "Preloaded modules").
+ENV_PRELOAD = "CELLBLOCK_RUNNER_PRELOAD"
+# Bounds of that list, the daemon's (runner.MaxPreload, MaxModuleName),
+# and of one failure's description in the ready message.
+MAX_PRELOAD = 64
+MAX_MODULE_NAME = 128
+MAX_PRELOAD_ERROR = 256
 PROTOCOL = 1
 MPL_BACKEND = "module://cellblock._mpl_backend"
 # The largest frame the daemon sends.
@@ -170,6 +178,106 @@ def _preload(fd):
     _freeze()
 
 
+def _module_names(text):
+    """The preload list in text: valid dotted names, first mention only."""
+    names = []
+    for name in text.split(","):
+        if len(names) == MAX_PRELOAD:
+            break
+        if (name and len(name) <= MAX_MODULE_NAME and name.isascii() and name not in names
+                and all(p.isidentifier() for p in name.split("."))):
+            names.append(name)
+    return names
+
+
+# Exit handlers the preloaded modules registered, for _setup to register
+# after the runner's own last one (_finish), so that they run before it.
+_held_atexit = []
+
+
+def _preload_env(names):
+    """Import the environment's preload list, in a jail built ahead of its
+    run, before the runner says it is ready: the run then finds them in
+    sys.modules. A module that fails is left out (its import in the run
+    fails as ever) and reported. What the imports write to descriptors 1
+    and 2 goes to /dev/null: those are the run's output pipes already.
+    Exit handlers they register are held back (_held_atexit): registered
+    now they would run after _finish, which ends the process. Returns the
+    failures, [{"module", "error"}]."""
+    import atexit
+    real_register, real_unregister = atexit.register, atexit.unregister
+    holding = [True]
+
+    def register(func, *args, **kwargs):
+        if not holding[0]:  # kept by a module that took the function
+            return real_register(func, *args, **kwargs)
+        _held_atexit.append((func, args, kwargs))
+        return func
+
+    def unregister(func):
+        if holding[0]:
+            _held_atexit[:] = [h for h in _held_atexit if h[0] != func]
+        return real_unregister(func)
+
+    failed = []
+    saved = _mute()
+    if saved is None:
+        return [{"module": n, "error": "not preloaded: the output could not be silenced"} for n in names]
+    atexit.register, atexit.unregister = register, unregister
+    try:
+        for name in names:
+            try:
+                __import__(name)
+            except BaseException as e:  # SystemExit too: the jail goes on
+                failed.append({"module": name, "error": _describe(e)})
+    finally:
+        holding[0] = False
+        atexit.register, atexit.unregister = real_register, real_unregister
+        _unmute(saved)
+    return failed
+
+
+def _describe(e):
+    try:
+        text = "%s: %s" % (type(e).__name__, e)
+    except Exception:
+        text = "%s: <str() failed>" % type(e).__name__
+    return text[:MAX_PRELOAD_ERROR]
+
+
+def _mute():
+    """Point descriptors 1 and 2 at /dev/null; returns copies of the
+    originals for _unmute, or None when it cannot."""
+    saved = []
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for fd in (1, 2):
+                saved.append((fd, os.dup(fd)))  # close-on-exec copies
+                os.dup2(null, fd)
+        finally:
+            os.close(null)
+    except OSError:
+        _unmute(saved)
+        return None
+    return saved
+
+
+def _unmute(saved):
+    for f in (sys.stdout, sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
+    for fd, copy in saved:
+        try:
+            os.dup2(copy, fd)
+            os.close(copy)
+        except OSError:
+            pass
+
+
 def _freeze():
     try:
         import gc
@@ -257,6 +365,7 @@ def _setup():
     except (KeyError, ValueError, OSError):
         _fail("no channel: %s is not an open descriptor" % ENV_FD)
     run_fd = os.environ.pop(ENV_RUN_FD, None)
+    preload = os.environ.pop(ENV_PRELOAD, None)
     # Every run gets MPLBACKEND (below); set now too, the jail's environment
     # is then most runs' exactly, and the run need not rebuild it.
     if "MPLBACKEND" not in os.environ:
@@ -268,7 +377,12 @@ def _setup():
     # every run's exit). The program's own objects are collected as ever.
     try:
         if run_fd is None:
-            ch.send({"type": "ready", "protocol": PROTOCOL, "python": sys.version.split()[0]})
+            ready = {"type": "ready", "protocol": PROTOCOL, "python": sys.version.split()[0]}
+            if preload:
+                failed = _preload_env(_module_names(preload))
+                if failed:
+                    ready["preload_failed"] = failed
+            ch.send(ready)
             _preload(fd)
             msg, raw = _recv_run(fd)
         else:
@@ -409,6 +523,12 @@ def _setup():
     r.status = None
     import atexit
     atexit.register(_finish, r)
+    for func, args, kwargs in _held_atexit:
+        try:
+            atexit.register(func, *args, **kwargs)
+        except Exception:
+            pass
+    del _held_atexit[:]
 
     ch.send({"type": "started"})
     try:

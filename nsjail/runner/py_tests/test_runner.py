@@ -587,6 +587,107 @@ class HostileTest(unittest.TestCase):
         self.assertIn(b"malformed run message", r.stderr)
 
 
+# Modules for PreloadTest: one that writes while it is imported and
+# registers an exit handler, one that raises, one that exits, one that
+# reads the environment when it is imported.
+PRELOAD_MODULES = {
+    "cbmod.py": ("import atexit, os, sys\nprint('cbmod says hello')\nos.write(2, b'cbmod on fd 2\\n')\n"
+                 "sys.stderr.write('cbmod on stderr\\n')\natexit.register(print, 'cbmod handler')\nVALUE = 42\n"),
+    "cbfail.py": "raise ValueError('cbfail is broken')\n",
+    "cbexit.py": "import sys\nsys.exit(3)\n",
+    "cbenv.py": "import os\nSEEN = os.environ.get('CB_SETTING')\n",
+    "cbpkg/__init__.py": "",
+    "cbpkg/sub.py": "X = 1\n",
+}
+
+
+class PreloadTest(unittest.TestCase):
+    """A jail built ahead of its run names modules to import before the
+    runner says it is ready (CELLBLOCK_RUNNER_PRELOAD)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = h.tempdir()
+        for name, text in PRELOAD_MODULES.items():
+            path = os.path.join(cls.dir.name, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def env(self, **extra):
+        return h.base_env(PYTHONPATH=h.PY_DIR + os.pathsep + self.dir.name, **extra)
+
+    def run_preloaded(self, code, preload, env=None, **kw):
+        start = self.env()
+        if preload is not None:
+            start["CELLBLOCK_RUNNER_PRELOAD"] = preload
+        return h.run(code, env=env or self.env(), start_env=start, **kw)
+
+    def test_in_sys_modules_before_the_code(self):
+        code = ("import sys\nprint('cbmod' in sys.modules, 'cbpkg.sub' in sys.modules, 'cbfail' in sys.modules)\n"
+                "import os\nprint('CELLBLOCK_RUNNER_PRELOAD' in os.environ)\n"
+                "import cbmod\nprint(cbmod.VALUE)\n")
+        r = self.run_preloaded(code, "cbmod,cbpkg.sub,cbfail")
+        self.assertEqual(r.rc, 0, r)
+        # Nothing the imports wrote reaches the run's output.
+        self.assertEqual(r.stdout, b"True True False\nFalse\n42\ncbmod handler\n", r)
+        self.assertEqual(r.stderr, b"", r)
+        ready = r.one("ready")
+        self.assertEqual(ready["preload_failed"], [{"module": "cbfail", "error": "ValueError: cbfail is broken"}])
+
+    def test_not_without_the_list(self):
+        r = self.run_preloaded("import sys\nprint('cbmod' in sys.modules)", None)
+        self.assertEqual(r.stdout, b"False\n", r)
+        self.assertNotIn("preload_failed", r.one("ready"))
+
+    def test_failures_leave_the_run_its_own_error(self):
+        code = "import cbfail\n"
+        r = self.run_preloaded(code, "cbfail,cbexit,cbmissing")
+        self.assertEqual(r.rc, 1, r)
+        self.assertIn(b"ValueError: cbfail is broken", r.stderr)
+        self.assertEqual(r.one("exception")["exception"]["type"], "ValueError")
+        failed = r.one("ready")["preload_failed"]
+        self.assertEqual([f["module"] for f in failed], ["cbfail", "cbexit", "cbmissing"])
+        self.assertEqual(failed[1]["error"], "SystemExit: 3")
+        self.assertTrue(failed[2]["error"].startswith("ModuleNotFoundError: "), failed)
+
+    def test_bad_names_skipped(self):
+        code = "import sys\nprint(sorted(m for m in ('cbmod', 'os', 'cbpkg') if m in sys.modules))"
+        r = self.run_preloaded(code, ",cbmod,,bad name,cbmod,1x,cbpkg.,os")
+        self.assertEqual(r.rc, 0, r)
+        self.assertIn(b"['cbmod', 'os']\n", r.stdout, r)
+        self.assertNotIn("preload_failed", r.one("ready"))
+
+    def test_exit_handlers_in_plain_pythons_order(self):
+        # The program's handler, registered after the module was
+        # imported, runs first; the module's still runs, before the end.
+        code = "import atexit, cbmod\natexit.register(print, 'program handler')\nprint('body')\n"
+        r = self.run_preloaded(code, "cbmod")
+        self.assertEqual(r.stdout, b"body\nprogram handler\ncbmod handler\n", r)
+        self.assertEqual(r.rc, 0)
+        r = self.run_preloaded("import atexit, cbmod\natexit.unregister(print)\nprint('body')\n", "cbmod")
+        self.assertEqual(r.stdout, b"body\n", r)
+
+    def test_environment_read_at_import_is_the_jails(self):
+        code = "import os, cbenv\nprint(cbenv.SEEN, os.environ.get('CB_SETTING'))"
+        r = self.run_preloaded(code, "cbenv", env=self.env(CB_SETTING="request"))
+        self.assertEqual(r.stdout, b"None request\n", r)
+        r = self.run_preloaded(code, None, env=self.env(CB_SETTING="request"))
+        self.assertEqual(r.stdout, b"request request\n", r)
+
+    def test_reexec_drops_the_preload(self):
+        # A run that changes how Python starts gets a new interpreter,
+        # without the preloaded modules: it imports them as ever.
+        code = "import sys\nprint('cbmod' in sys.modules)"
+        r = self.run_preloaded(code, "cbmod", env=self.env(PYTHONHASHSEED="5"))
+        self.assertEqual(r.stdout, b"False\n", r)
+        self.assertEqual(len(r.of("ready")), 1)
+
+
 class ReexecTest(unittest.TestCase):
     def test_reexec_same_pid(self):
         env = h.base_env(PYTHONHASHSEED="7", PYTHONDONTWRITEBYTECODE="1")
