@@ -376,6 +376,12 @@ func (s *Session) await(ctx context.Context, seq int64, c *runner.Collector, tim
 		select {
 		case p, ok := <-s.frames:
 			if !ok {
+				// The channel ended: the interpreter is gone or going
+				// (os._exit, a crash); its init exits with its status.
+				select {
+				case <-s.j.exited:
+				case <-time.After(sessionOutputGrace):
+				}
 				s.kill()
 				return false
 			}
