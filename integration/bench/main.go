@@ -215,7 +215,10 @@ func run() error {
 	if err := depsBench(fresh.Client, *n); err != nil {
 		return err
 	}
-	return warmDepsBench(pre, *n)
+	if err := warmDepsBench(pre, *n); err != nil {
+		return err
+	}
+	return sessionBench(pre, *n)
 }
 
 // phaseTable breaks n API calls on d down by the daemon's phases.
