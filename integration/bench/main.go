@@ -2,9 +2,11 @@
 // the same interpreter run bare, under bubblewrap and under `runc run`. It
 // interleaves the runners so that they see the same machine, reports
 // medians and ratios to bare, and breaks one cellblock run down by phase.
-// Last it measures dependencies: the first run of a script with one
+// Then it measures dependencies: the first run of a script with one
 // dependency (which builds the environment), its cached runs, and the same
-// program without dependencies (deps.go).
+// program without dependencies (deps.go). Before the runs and after them it
+// reports the memory the daemons and their waiting jails hold
+// (footprint.go).
 //
 // It starts its own cellblockd on a private socket; run it as root through
 // `make bench`.
@@ -102,6 +104,13 @@ func run() error {
 	}
 	fmt.Printf("machine: %d CPUs, kernel %s, cgroup mode %s, user namespace %v\n", numCPU(), kernel(), info.CgroupMode, info.UserNamespace)
 	fmt.Printf("interpreter: %s (Python %s), rootfs %s\n\n", hostPython, info.Pythons[0].Version, rootfsDir)
+	if err := footprint(fresh, "idle, no jails"); err != nil {
+		return err
+	}
+	if err := footprint(pre, "idle, its prestarted jails waiting"); err != nil {
+		return err
+	}
+	fmt.Println()
 
 	code := "print(1)"
 	runners := []*runner{
@@ -215,7 +224,19 @@ func run() error {
 	if err := depsBench(fresh.Client, *n); err != nil {
 		return err
 	}
-	return warmDepsBench(pre, *n)
+	if err := warmDepsBench(pre, *n); err != nil {
+		return err
+	}
+	// The same again after every run above: what the daemons keep once
+	// they served runs.
+	fmt.Println()
+	if err := footprint(fresh, "idle after the runs above"); err != nil {
+		return err
+	}
+	if err := pre.settleShapes(1); err != nil {
+		return err
+	}
+	return footprint(pre, "idle after the runs above, with a jail of the dependency's shape")
 }
 
 // phaseTable breaks n API calls on d down by the daemon's phases.
