@@ -63,7 +63,7 @@ func (r *runner) once() (string, error) {
 func run() error {
 	binDir := flag.String("bin", "bin", "directory of the built binaries")
 	n := flag.Int("n", 40, "iterations per runner")
-	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs)")
+	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs; its base name, [a-zA-Z0-9_-], names the cgroup subtrees)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sudo make bench): the daemon and runc need it")
@@ -83,12 +83,15 @@ func run() error {
 	}
 	// Two daemons: one as installed (jails prestarted), one that builds
 	// every jail when its request arrives.
-	pre, err := startDaemon(bins, tmp, "prestart", *stateDir, "cellblock-bench", "--no-index", "--find-links", wheels)
+	// Each daemon's cgroup subtree is named after its state directory, so
+	// that benchmarks with state directories of their own do not sweep
+	// each other's jails.
+	pre, err := startDaemon(bins, tmp, "prestart", *stateDir, filepath.Base(*stateDir), "--no-index", "--find-links", wheels)
 	if err != nil {
 		return err
 	}
 	defer pre.stop()
-	fresh, err := startDaemon(bins, tmp, "fresh", *stateDir+"-fresh", "cellblock-bench-fresh", "--prestart", "0", "--no-index", "--find-links", wheels)
+	fresh, err := startDaemon(bins, tmp, "fresh", *stateDir+"-fresh", filepath.Base(*stateDir)+"-fresh", "--prestart", "0", "--no-index", "--find-links", wheels)
 	if err != nil {
 		return err
 	}
