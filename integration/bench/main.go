@@ -4,9 +4,11 @@
 // medians and ratios to bare, and breaks one cellblock run down by phase.
 // Then it measures dependencies: the first run of a script with one
 // dependency (which builds the environment), its cached runs, and the same
-// program without dependencies (deps.go). Before the runs and after them it
-// reports the memory the daemons and their waiting jails hold
-// (footprint.go).
+// program without dependencies (deps.go). Then throughput: runs per second
+// of both programs with 1 to 8 callers at once, against bare interpreter
+// starts, and the CPU time each run costs (throughput.go). Before the runs
+// and after them it reports the memory the daemons and their waiting
+// jails hold (footprint.go).
 //
 // It starts its own cellblockd on a private socket; run it as root through
 // `make bench`.
@@ -63,6 +65,7 @@ func (r *runner) once() (string, error) {
 func run() error {
 	binDir := flag.String("bin", "bin", "directory of the built binaries")
 	n := flag.Int("n", 40, "iterations per runner")
+	tputRuns := flag.Int("throughput-runs", 60, "runs at each concurrency of the throughput bench (0: skip it)")
 	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs; its base name, [a-zA-Z0-9_-], names the cgroup subtrees)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -230,6 +233,15 @@ func run() error {
 	if err := warmDepsBench(pre, *n); err != nil {
 		return err
 	}
+	if *tputRuns > 0 {
+		workloads, err := throughputWorkloads(tmp, rootfsDir, pythonInRootfs)
+		if err != nil {
+			return err
+		}
+		if err := throughputBench(pre, workloads, *tputRuns); err != nil {
+			return err
+		}
+	}
 	// The same again after every run above: what the daemons keep once
 	// they served runs.
 	fmt.Println()
@@ -290,7 +302,8 @@ func phaseTable(d *benchDaemon, code string, n int) error {
 // benchDaemon is a cellblockd the benchmark started.
 type benchDaemon struct {
 	*daemontest.Daemon
-	name string
+	name       string
+	cgroupName string // --cgroup-name
 }
 
 // startTimeout bounds a daemon's start-up, which may build a rootfs.
@@ -310,7 +323,7 @@ func startDaemon(bins, tmp, name, stateDir, cgroupName string, args ...string) (
 	if err != nil {
 		return nil, fmt.Errorf("daemon %s: %w", name, err)
 	}
-	bd := &benchDaemon{Daemon: d, name: name}
+	bd := &benchDaemon{Daemon: d, name: name, cgroupName: cgroupName}
 	if err := bd.settle(); err != nil {
 		bd.stop()
 		return nil, err
