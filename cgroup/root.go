@@ -28,7 +28,8 @@ type Root struct {
 	runsDir  string     // <own>/runs
 	controls v2Controls // controllers enabled for runs
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// live are the runs created, or being created, and not deleted yet.
 	live   map[string]*Cgroup
 	closed bool
 }
@@ -73,6 +74,12 @@ func (r *Root) Mode() Mode { return r.mode }
 
 // Create creates the cgroup of run id in every hierarchy, with the limits
 // set, and returns it. On error nothing of it is left behind.
+//
+// The directories are made and limited without holding the root's lock,
+// so that jails built at the same time do not wait for each other here
+// (on v1, containerd's cgroup1 still makes the directories it knows one
+// run at a time); id is reserved first, which keeps other Creates of it
+// and Sweep away.
 func (r *Root) Create(id string, l Limits) (*Cgroup, error) {
 	if err := ValidateID(id); err != nil {
 		return nil, fmt.Errorf("create cgroup for run: %w", err)
@@ -80,17 +87,13 @@ func (r *Root) Create(id string, l Limits) (*Cgroup, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("create cgroup for run %s: %w", id, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, fmt.Errorf("create cgroup for run %s: %w", id, ErrClosed)
-	}
-	if _, ok := r.live[id]; ok {
-		return nil, fmt.Errorf("create cgroup for run %s: %w", id, ErrExists)
-	}
 	c := r.newCgroup(id)
+	if err := r.reserve(c); err != nil {
+		return nil, fmt.Errorf("create cgroup for run %s: %w", id, err)
+	}
 	for _, d := range c.dirs {
 		if exists(d) {
+			r.forget(c)
 			return nil, fmt.Errorf("create cgroup for run %s: %w: %s", id, ErrExists, d)
 		}
 	}
@@ -104,11 +107,26 @@ func (r *Root) Create(id string, l Limits) (*Cgroup, error) {
 		if rerr := c.removeDirs(); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("clean up: %w", rerr))
 		}
+		r.forget(c)
 		return nil, fmt.Errorf("create cgroup for run %s: %w", id, err)
 	}
 	c.limits = l
-	r.live[id] = c
 	return c, nil
+}
+
+// reserve enters c into the live runs, unless the root is closed or c's
+// id is live already.
+func (r *Root) reserve(c *Cgroup) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return ErrClosed
+	}
+	if _, ok := r.live[c.id]; ok {
+		return ErrExists
+	}
+	r.live[c.id] = c
+	return nil
 }
 
 // Sweep kills every process left in run cgroups under the root (from a

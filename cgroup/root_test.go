@@ -814,6 +814,101 @@ func TestConcurrentCreateDelete(t *testing.T) {
 	}
 }
 
+func TestConcurrentCreateSameID(t *testing.T) {
+	r := openTestRoot(t)
+	const n = 6
+	var wg sync.WaitGroup
+	made := make(chan *Cgroup, n)
+	errs := make(chan error, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := r.Create("same", Limits{MemoryBytes: 32 << 20, Pids: 8, CPUs: 0.5})
+			if err != nil {
+				errs <- err
+				return
+			}
+			made <- c
+		}()
+	}
+	wg.Wait()
+	close(made)
+	close(errs)
+	var got []*Cgroup
+	for c := range made {
+		got = append(got, c)
+		t.Cleanup(func() {
+			if err := c.Delete(); err != nil {
+				t.Errorf("cleanup delete: %v", err)
+			}
+		})
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d of %d concurrent Creates of one id succeeded, want 1", len(got), n)
+	}
+	for err := range errs {
+		if !errors.Is(err, ErrExists) {
+			t.Errorf("a concurrent Create of a live id: %v, want ErrExists", err)
+		}
+	}
+	for _, d := range got[0].dirs {
+		if !exists(d) {
+			t.Errorf("the created run lacks %s", d)
+		}
+	}
+}
+
+// TestSweepDuringCreate sweeps over and over while runs are being created:
+// a run being created is not a leftover.
+func TestSweepDuringCreate(t *testing.T) {
+	r := openTestRoot(t)
+	stop := make(chan struct{})
+	swept := make(chan error, 1)
+	go func() {
+		n := 0
+		var err error
+		for err == nil {
+			select {
+			case <-stop:
+				if n > 0 {
+					err = fmt.Errorf("Sweep removed %d cgroups of runs being created", n)
+				}
+				swept <- err
+				return
+			default:
+			}
+			var k int
+			k, err = r.Sweep()
+			n += k
+		}
+		swept <- err
+	}()
+	var live []*Cgroup
+	for i := range 16 {
+		c, err := r.Create(fmt.Sprintf("s%d", i), Limits{MemoryBytes: 32 << 20, Pids: 8})
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		live = append(live, c)
+	}
+	close(stop)
+	if err := <-swept; err != nil {
+		t.Error(err)
+	}
+	for _, c := range live {
+		for _, d := range c.dirs {
+			if !exists(d) {
+				t.Errorf("run %s lost %s", c.id, d)
+			}
+		}
+		if err := c.Delete(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestSweepLeavesSharedHierarchiesAlone(t *testing.T) {
 	r := openTestRoot(t)
 	var shared hierarchy

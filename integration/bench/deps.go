@@ -15,6 +15,14 @@ import (
 	"github.com/cellblock/cellblock/internal/client"
 )
 
+// The bench's dependency: package cbbench, and a PEP 723 script that
+// imports it.
+const (
+	cbbenchInit = "def answer():\n    return 42\n"
+	depsBody    = "import cbbench\nprint(cbbench.answer())\n"
+	depsScript  = "# /// script\n# dependencies = [\"cbbench\"]\n# ///\n" + depsBody
+)
+
 // benchWheelhouse writes a wheelhouse with two small pure-Python packages,
 // readable by the build jail's user, and returns its directory: cbbench,
 // which imports nothing, and cbpre, which imports a few modules of the
@@ -27,7 +35,7 @@ func benchWheelhouse(tmp string) (string, error) {
 		return "", err
 	}
 	if err := writeBenchWheel(dir, "cbbench", map[string]string{
-		"cbbench/__init__.py": "def answer():\n    return 42\n",
+		"cbbench/__init__.py": cbbenchInit,
 	}); err != nil {
 		return "", err
 	}
@@ -80,8 +88,7 @@ func depsBench(c *client.Client, n int) error {
 	if _, err := c.PruneEnvs(ctx); err != nil {
 		return fmt.Errorf("prune environments: %w", err)
 	}
-	const body = "import cbbench\nprint(cbbench.answer())\n"
-	withDeps := &api.RunRequest{Code: "# /// script\n# dependencies = [\"cbbench\"]\n# ///\n" + body}
+	withDeps := &api.RunRequest{Code: depsScript}
 	without := &api.RunRequest{Code: "def answer():\n    return 42\nprint(answer())\n"}
 	timed := func(req *api.RunRequest) (time.Duration, *api.Result, error) {
 		start := time.Now()
@@ -133,8 +140,7 @@ func depsBench(c *client.Client, n int) error {
 // both kinds of jail are ready again.
 func warmDepsBench(d *benchDaemon, n int) error {
 	ctx := context.Background()
-	const body = "import cbbench\nprint(cbbench.answer())\n"
-	withDeps := &api.RunRequest{Code: "# /// script\n# dependencies = [\"cbbench\"]\n# ///\n" + body}
+	withDeps := &api.RunRequest{Code: depsScript}
 	without := &api.RunRequest{Code: "def answer():\n    return 42\nprint(answer())\n"}
 	timed := func(req *api.RunRequest) (time.Duration, error) {
 		if err := d.settleShapes(1); err != nil {

@@ -2,9 +2,13 @@
 // the same interpreter run bare, under bubblewrap and under `runc run`. It
 // interleaves the runners so that they see the same machine, reports
 // medians and ratios to bare, and breaks one cellblock run down by phase.
-// Last it measures dependencies: the first run of a script with one
+// Then it measures dependencies: the first run of a script with one
 // dependency (which builds the environment), its cached runs, and the same
-// program without dependencies (deps.go).
+// program without dependencies (deps.go). Then throughput: runs per second
+// of both programs with 1 to 8 callers at once, against bare interpreter
+// starts, and the CPU time each run costs (throughput.go). Before the runs
+// and after them it reports the memory the daemons and their waiting
+// jails hold (footprint.go).
 //
 // It starts its own cellblockd on a private socket; run it as root through
 // `make bench`.
@@ -61,7 +65,8 @@ func (r *runner) once() (string, error) {
 func run() error {
 	binDir := flag.String("bin", "bin", "directory of the built binaries")
 	n := flag.Int("n", 40, "iterations per runner")
-	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs)")
+	tputRuns := flag.Int("throughput-runs", 60, "runs at each concurrency of the throughput bench (0: skip it)")
+	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs; its base name, [a-zA-Z0-9_-], names the cgroup subtrees)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sudo make bench): the daemon and runc need it")
@@ -81,12 +86,15 @@ func run() error {
 	}
 	// Two daemons: one as installed (jails prestarted), one that builds
 	// every jail when its request arrives.
-	pre, err := startDaemon(bins, tmp, "prestart", *stateDir, "cellblock-bench", "--no-index", "--find-links", wheels)
+	// Each daemon's cgroup subtree is named after its state directory, so
+	// that benchmarks with state directories of their own do not sweep
+	// each other's jails.
+	pre, err := startDaemon(bins, tmp, "prestart", *stateDir, filepath.Base(*stateDir), "--no-index", "--find-links", wheels)
 	if err != nil {
 		return err
 	}
 	defer pre.stop()
-	fresh, err := startDaemon(bins, tmp, "fresh", *stateDir+"-fresh", "cellblock-bench-fresh", "--prestart", "0", "--no-index", "--find-links", wheels)
+	fresh, err := startDaemon(bins, tmp, "fresh", *stateDir+"-fresh", filepath.Base(*stateDir)+"-fresh", "--prestart", "0", "--no-index", "--find-links", wheels)
 	if err != nil {
 		return err
 	}
@@ -102,6 +110,13 @@ func run() error {
 	}
 	fmt.Printf("machine: %d CPUs, kernel %s, cgroup mode %s, user namespace %v\n", numCPU(), kernel(), info.CgroupMode, info.UserNamespace)
 	fmt.Printf("interpreter: %s (Python %s), rootfs %s\n\n", hostPython, info.Pythons[0].Version, rootfsDir)
+	if err := footprint(fresh, "idle, no jails"); err != nil {
+		return err
+	}
+	if err := footprint(pre, "idle, its prestarted jails waiting"); err != nil {
+		return err
+	}
+	fmt.Println()
 
 	code := "print(1)"
 	runners := []*runner{
@@ -218,6 +233,27 @@ func run() error {
 	if err := warmDepsBench(pre, *n); err != nil {
 		return err
 	}
+	if *tputRuns > 0 {
+		workloads, err := throughputWorkloads(tmp, rootfsDir, pythonInRootfs)
+		if err != nil {
+			return err
+		}
+		if err := throughputBench(pre, workloads, *tputRuns); err != nil {
+			return err
+		}
+	}
+	// The same again after every run above: what the daemons keep once
+	// they served runs.
+	fmt.Println()
+	if err := footprint(fresh, "idle after the runs above"); err != nil {
+		return err
+	}
+	if err := pre.settleShapes(1); err != nil {
+		return err
+	}
+	if err := footprint(pre, "idle after the runs above, with a jail of the dependency's shape"); err != nil {
+		return err
+	}
 	return sessionBench(pre, *n)
 }
 
@@ -269,7 +305,8 @@ func phaseTable(d *benchDaemon, code string, n int) error {
 // benchDaemon is a cellblockd the benchmark started.
 type benchDaemon struct {
 	*daemontest.Daemon
-	name string
+	name       string
+	cgroupName string // --cgroup-name
 }
 
 // startTimeout bounds a daemon's start-up, which may build a rootfs.
@@ -289,7 +326,7 @@ func startDaemon(bins, tmp, name, stateDir, cgroupName string, args ...string) (
 	if err != nil {
 		return nil, fmt.Errorf("daemon %s: %w", name, err)
 	}
-	bd := &benchDaemon{Daemon: d, name: name}
+	bd := &benchDaemon{Daemon: d, name: name, cgroupName: cgroupName}
 	if err := bd.settle(); err != nil {
 		bd.stop()
 		return nil, err
