@@ -87,6 +87,7 @@ With packages and a plot:
 				"propertyNames": map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
 				"maxProperties": api.MaxInputs,
 			},
+			"session": sessionSchema(),
 		}, "code")),
 		RawOutputSchema: mustJSON(resultSchema()),
 		Annotations: mcp.ToolAnnotation{
@@ -153,6 +154,66 @@ Example arguments:
 			IdempotentHint:  mcp.ToBoolPtr(true),
 			OpenWorldHint:   mcp.ToBoolPtr(false),
 		},
+	}
+}
+
+func resetSessionTool() mcp.Tool {
+	desc := fmt.Sprintf(`Start a named Python session of run_python afresh: end the session that has this name on this connection, if any, and free the name, so that the next run_python call with "session" set to it starts a new, empty interpreter (created with that call's python, dependencies, env and memory_mb).
+
+Call it when run_python says a session expired (after %s without a call) or was lost (its interpreter died), since such a session is never recreated without you asking; when you want a clean interpreter under the same name; to change a session's python, dependencies, env or memory_mb; or to free one of the %d sessions a connection may hold. Everything the session held (variables, imports, files in /work) is gone afterwards, and a run still going on in it is stopped.
+
+Example arguments: {"session": "analysis"}`, idleText(0), maxSessionsPerConn)
+	return mcp.Tool{
+		Name:        ToolResetSession,
+		Title:       "Reset a named Python session",
+		Description: desc,
+		RawInputSchema: mustJSON(object(map[string]any{
+			"session": map[string]any{
+				"type":        "string",
+				"description": "The session's name, as given to run_python.",
+				"pattern":     sessionNamePattern.String(),
+				"maxLength":   maxSessionName,
+			},
+		}, "session")),
+		RawOutputSchema: mustJSON(resetSchema()),
+		Annotations: mcp.ToolAnnotation{
+			Title:           "Reset a named Python session",
+			ReadOnlyHint:    mcp.ToBoolPtr(false),
+			DestructiveHint: mcp.ToBoolPtr(true),
+			IdempotentHint:  mcp.ToBoolPtr(true),
+			OpenWorldHint:   mcp.ToBoolPtr(false),
+		},
+	}
+}
+
+// resetSchema describes resetReport, reset_session's structured content.
+func resetSchema() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"session": typed("string", "the session's name"),
+			"outcome": typed("string", "what became of the session that had the name: ended, already_ended (it had expired or been lost), not_confirmed (the sandbox could not be asked; it ends when idle), or none (no session had the name)"),
+			"id":      typed("string", "the sandbox's id of the session that had the name"),
+		},
+		"required": []string{"session", "outcome"},
+	}
+}
+
+// sessionSchema is run_python's "session" parameter.
+func sessionSchema() map[string]any {
+	return map[string]any{
+		"type": "string",
+		"description": "A name you choose, such as \"analysis\", for a Python session that keeps its state: variables, functions, imports and files in /work " +
+			"persist across calls with the same name, so load data or do slow set-up once and use it in later calls. " +
+			"The first call with a name creates the session with that call's python, dependencies, env and memory_mb, which are then fixed: " +
+			"later calls may leave them out (or repeat them), and a call asking for others is refused. timeout_seconds applies to each call. " +
+			"Leave it out and every call is a fresh interpreter. " +
+			fmt.Sprintf("A session is private to this MCP connection and ends with it (at most %d at once); ", maxSessionsPerConn) +
+			fmt.Sprintf("it expires after %s without a call, and then calls with its name fail until reset_session is called. ", idleText(0)) +
+			"One call at a time per session. " +
+			fmt.Sprintf("1 to %d letters, digits, '_', '.' or '-'.", maxSessionName),
+		"pattern":   sessionNamePattern.String(),
+		"maxLength": maxSessionName,
 	}
 }
 

@@ -153,7 +153,7 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 3 {
+	if len(tools.Tools) != 4 {
 		t.Errorf("%d tools listed", len(tools.Tools))
 	}
 
