@@ -121,7 +121,8 @@ func New(cfg Config) *server.MCPServer {
 const instructions = "cellblock runs Python programs in a locked-down Linux sandbox: no network, " +
 	"a read-only filesystem except /tmp and the working directory, and limits on time, memory and processes. " +
 	"Use run_python to execute code, validate_python to check syntax and PEP 723 metadata without running it, " +
-	"and check_environment to see the Python versions, limits and policies in force."
+	"and check_environment to see the Python versions, limits and policies in force. " +
+	"Give run_python a \"session\" name to keep variables, imports and files between calls; reset_session starts that session afresh."
 
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {

@@ -59,6 +59,11 @@ func TestListTools(t *testing.T) {
 		t.Errorf("run_python required = %v", got)
 	}
 	props := run.InputSchema.Properties
+	// Sessions: what persists, what does not, expiry and reset.
+	mustContain(t, run.Description, `Without "session", every call starts from a clean slate`,
+		`"session": "NAME"`, "variables, functions, imports and files in /work persist across calls with the same name",
+		"expires after 10 minutes without a call", "one call at a time", "private to this MCP connection", "8 at once",
+		"reset_session", `"session": "sales"`)
 	mustContain(t, fmt.Sprint(props["session"]), "persist across calls", "10 minutes", "fixed", "reset_session", "One call at a time")
 	mustContain(t, tools[ToolResetSession].Description, "fresh", "expired (after 10 minutes", "lost", "Example")
 	if got := tools[ToolResetSession].InputSchema.Required; !reflect.DeepEqual(got, []string{"session"}) {
