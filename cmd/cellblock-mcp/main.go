@@ -76,7 +76,7 @@ func run() error {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n"+
 			"                    [--preload-env REQUIREMENT ... [--preload MODULES]]\n\n"+
-			"Serves the MCP tools run_python, check_environment and validate_python, backed by cellblockd.\n\n")
+			"Serves the MCP tools run_python, check_environment, validate_python and reset_session, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -29,6 +29,7 @@ var argKind = map[string]string{
 	"env":             `an object mapping names to string values, such as {"DEBUG": "1"}`,
 	"memory_mb":       "a number of MiB, such as 256",
 	"inputs":          `an object mapping names to JSON values, such as {"n": 3, "rows": [[1, 2], [3, 4]]}`,
+	"session":         `a string naming the session, such as "analysis"`,
 }
 
 var versionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
@@ -88,9 +89,11 @@ type runArgs struct {
 	// Inputs keep each value's JSON as the caller wrote it, so that large
 	// integers and the like reach Python unchanged.
 	Inputs map[string]json.RawMessage `json:"inputs"`
+	// Session names the session to run in; "" runs in a fresh jail.
+	Session string `json:"session"`
 }
 
-var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs"}
+var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs", "session"}
 
 // request checks the arguments and turns them into the daemon's run
 // request. With info it checks the limits too, so that the message speaks
@@ -117,6 +120,11 @@ func (a *runArgs) request(info *api.Info) (*api.RunRequest, error) {
 	}
 	if err := checkInputs(a.Inputs); err != nil {
 		return nil, err
+	}
+	if a.Session != "" {
+		if err := checkSessionName(a.Session); err != nil {
+			return nil, err
+		}
 	}
 	req := &api.RunRequest{
 		Code:   a.Code,
@@ -176,6 +184,20 @@ func checkInputs(inputs map[string]json.RawMessage) error {
 		what = fmt.Sprintf("the value of %q %s", name, e.Message)
 	}
 	return fmt.Errorf(`"inputs": %s. %s`, what, inputsHint)
+}
+
+// resetArgs are reset_session's arguments.
+type resetArgs struct {
+	Session string `json:"session"`
+}
+
+var resetArgNames = []string{"session"}
+
+func (a *resetArgs) check() error {
+	if a.Session == "" {
+		return errors.New(`"session" is required: pass the name of the session to reset, as given to run_python, such as {"session": "analysis"}`)
+	}
+	return checkSessionName(a.Session)
 }
 
 // validateArgs are validate_python's arguments.

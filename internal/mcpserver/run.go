@@ -28,6 +28,9 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if e := rr.Validate(); e != nil {
 		return runResult(&api.Result{Error: e}, h.currentInfo()), nil
 	}
+	if args.Session != "" {
+		return h.runInSession(ctx, req, &args, rr), nil
+	}
 
 	relay := newOutputRelay(ctx, h.srv, req)
 	res, err := h.client.RunStream(ctx, rr, relay.Add)
@@ -261,8 +264,14 @@ var paramOf = map[string]string{
 
 // refusalText explains why the daemon did not carry out the run.
 func refusalText(e *api.Error, info *api.Info) string {
+	return refusalTextAs("The sandbox did not run the program: ", e, info)
+}
+
+// refusalTextAs is refusalText with another first sentence, which ends in
+// ": ".
+func refusalTextAs(lead string, e *api.Error, info *api.Info) string {
 	var b strings.Builder
-	b.WriteString("The sandbox did not run the program: ")
+	b.WriteString(lead)
 	if p, ok := paramOf[e.Field]; ok {
 		fmt.Fprintf(&b, "%s (%s, given to the daemon as %s): %s.", e.Type, p, e.Field, strings.TrimSuffix(e.Message, "."))
 	} else if e.Field != "" {

@@ -27,6 +27,7 @@ func TestOutputSchemasMatchTheGoTypes(t *testing.T) {
 		{ToolRunPython, runPythonTool(nil, nil).RawOutputSchema, reflect.TypeFor[api.Result]()},
 		{ToolCheckEnvironment, checkEnvironmentTool(nil).RawOutputSchema, reflect.TypeFor[api.Info]()},
 		{ToolValidatePython, validatePythonTool(nil).RawOutputSchema, reflect.TypeFor[validation]()},
+		{ToolResetSession, resetSessionTool().RawOutputSchema, reflect.TypeFor[resetReport]()},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			var schema map[string]any

@@ -1,12 +1,14 @@
 // Package mcpserver is cellblock's MCP front end: it offers the tools
-// run_python, check_environment and validate_python to AI agents over the
-// Model Context Protocol (github.com/mark3labs/mcp-go) and carries each
-// call out through cellblockd's socket API.
+// run_python, check_environment, validate_python and reset_session to AI
+// agents over the Model Context Protocol (github.com/mark3labs/mcp-go) and
+// carries each call out through cellblockd's socket API.
 //
 // It owns the tool definitions (descriptions written for a language model,
 // input and output schemas sized from the daemon's /v1/info), the mapping
 // of daemon results onto MCP tool results, the relay of a run's output as
-// MCP notifications, and the stdio and streamable HTTP transports.
+// MCP notifications, the named sessions of each MCP connection (and the
+// daemon sessions behind them, which it ends with the connection), and the
+// stdio and streamable HTTP transports.
 //
 // It talks to the daemon only through package client. It must not import
 // anything that needs privileges, cgo or libcontainer: cellblock-mcp runs
@@ -35,6 +37,7 @@ const (
 	ToolRunPython        = "run_python"
 	ToolCheckEnvironment = "check_environment"
 	ToolValidatePython   = "validate_python"
+	ToolResetSession     = "reset_session"
 )
 
 // infoRefreshTimeout bounds the /v1/info request made to fill in the tool
@@ -69,6 +72,8 @@ type handler struct {
 	srv     *server.MCPServer
 	log     *slog.Logger
 	version string
+	// sessions maps run_python's session names onto daemon sessions.
+	sessions *sessionTable
 
 	mu sync.Mutex
 	// info is what the registered tool definitions were built from; nil
@@ -98,8 +103,14 @@ func New(cfg Config) *server.MCPServer {
 		info:     cfg.Info,
 		startErr: cfg.InfoErr,
 		warm:     cfg.Warm,
+		sessions: &sessionTable{client: cfg.Client, log: log},
 	}
+	// A connection's named sessions live as long as mcp-go's session.
+	hooks := &server.Hooks{}
+	hooks.AddOnRegisterSession(h.sessions.connected)
+	hooks.AddOnUnregisterSession(h.sessions.disconnected)
 	h.srv = server.NewMCPServer(Name, version,
+		server.WithHooks(hooks),
 		server.WithToolCapabilities(true),
 		server.WithLogging(),
 		server.WithRecovery(),
@@ -117,7 +128,8 @@ func New(cfg Config) *server.MCPServer {
 const instructions = "cellblock runs Python programs in a locked-down Linux sandbox: no network, " +
 	"a read-only filesystem except /tmp and the working directory, and limits on time, memory and processes. " +
 	"Use run_python to execute code, validate_python to check syntax and PEP 723 metadata without running it, " +
-	"and check_environment to see the Python versions, limits and policies in force."
+	"and check_environment to see the Python versions, limits and policies in force. " +
+	"Give run_python a \"session\" name to keep variables, imports and files between calls; reset_session starts that session afresh."
 
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
@@ -125,6 +137,7 @@ func (h *handler) tools(info *api.Info) []server.ServerTool {
 		{Tool: runPythonTool(info, h.warm), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
+		{Tool: resetSessionTool(), Handler: h.resetSession},
 	}
 }
 

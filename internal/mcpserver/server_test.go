@@ -32,7 +32,7 @@ func TestListTools(t *testing.T) {
 	for _, tool := range res.Tools {
 		tools[tool.Name] = tool
 	}
-	for _, name := range []string{ToolRunPython, ToolCheckEnvironment, ToolValidatePython} {
+	for _, name := range []string{ToolRunPython, ToolCheckEnvironment, ToolValidatePython, ToolResetSession} {
 		tool, ok := tools[name]
 		if !ok {
 			t.Fatalf("tool %s is not listed (got %v)", name, res.Tools)
@@ -59,7 +59,20 @@ func TestListTools(t *testing.T) {
 		t.Errorf("run_python required = %v", got)
 	}
 	props := run.InputSchema.Properties
-	for _, p := range []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs"} {
+	// Sessions: what persists, what does not, expiry and reset.
+	mustContain(t, run.Description, `Without "session", every call starts from a clean slate`,
+		`"session": "NAME"`, "variables, functions, imports and files in /work persist across calls with the same name",
+		"expires after 10 minutes without a call", "one call at a time", "private to this MCP connection", "8 at once",
+		"reset_session", `"session": "sales"`)
+	mustContain(t, fmt.Sprint(props["session"]), "persist across calls", "10 minutes", "fixed", "reset_session", "One call at a time")
+	mustContain(t, tools[ToolResetSession].Description, "fresh", "expired (after 10 minutes", "lost", "Example")
+	if got := tools[ToolResetSession].InputSchema.Required; !reflect.DeepEqual(got, []string{"session"}) {
+		t.Errorf("reset_session required = %v", got)
+	}
+	if _, ok := run.OutputSchema.Properties["session"]; !ok {
+		t.Error("run_python output schema lacks session")
+	}
+	for _, p := range []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs", "session"} {
 		if _, ok := props[p]; !ok {
 			t.Errorf("run_python has no %q parameter", p)
 		}

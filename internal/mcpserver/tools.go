@@ -17,11 +17,15 @@ import (
 
 func runPythonTool(info *api.Info, warm *WarmEnv) mcp.Tool {
 	var b strings.Builder
-	b.WriteString(`Run Python code in a fresh, isolated sandbox and get back the value of its last expression, its stdout and stderr, any exception, its plots and rich output, its exit status and resource use.
+	b.WriteString(`Run Python code in an isolated sandbox, in a fresh interpreter or in a named session that keeps its variables between calls, and get back the value of its last expression, its stdout and stderr, any exception, its plots and rich output, its exit status and resource use.
 
 The code runs like a notebook cell: when it ends with an expression, that value comes back (no need to print it). Each entry of "inputs" becomes a variable before the code runs: pass data there rather than in the code. An uncaught exception comes back as data (type, message, line, traceback). Plots are shown: matplotlib figures (after plt.show() or left open at the end) come back as images, and objects with rich representations, such as pandas DataFrames, as HTML; cellblock.display(obj) (import cellblock, always there) shows any object explicitly.
 
-Every call starts from a clean slate: nothing (files, variables, installed packages) carries over from one call to the next, so put everything the code needs in "code" and "inputs". Standard input is empty.
+Without "session", every call starts from a clean slate: nothing (files, variables, installed packages) carries over from one call to the next, so put everything the code needs in "code" and "inputs". Standard input is empty.
+
+`)
+	b.WriteString(sessionText())
+	b.WriteString(`
 
 What the sandbox allows and forbids:
 `)
@@ -38,14 +42,17 @@ What the sandbox allows and forbids:
 	}
 	b.WriteString(`- PYTHONUNBUFFERED=1 is set unless "env" sets it, so output is sent as it is written.
 
-The result: the text says how the code ended (exit status, uncaught exception, timeout or memory limit), then stdout and stderr, a line for each display item saying how it was sent, and the value of the last expression. After the text come the display items: images as image content, HTML and SVG as embedded resources (cellblock://runs/RUN_ID/display/N.html), Markdown and JSON as text. So that one plot cannot flood the context, an image may be at most ` + fmtBytes(maxImageBase64) + ` of base64, the images of one result ` + fmtBytes(maxImagesBase64) + ` and ` + fmt.Sprint(maxImages) + ` in all, an HTML or SVG item ` + fmtBytes(maxResourceBytes) + `; what is over a cap is left out, and the text says what and why. structuredContent holds the full result object (exit_code, stdout, stderr, value, exception, display, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, ...), except that each image's base64 in display is replaced by a note such as "(sent as image content 1)" or why it was left out, so the same bytes are not sent twice. Very long output is shortened in the text (the middle is left out); structuredContent always has all of it, up to the output limit. Code that raises (exit status 1), exits non-zero, times out or is killed for memory comes back with isError true and the exception and traceback: read them, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed) also has isError true, with the reason in "error".
+The result: the text says how the code ended (exit status, uncaught exception, timeout or memory limit), then stdout and stderr, a line for each display item saying how it was sent, and the value of the last expression. After the text come the display items: images as image content, HTML and SVG as embedded resources (cellblock://runs/RUN_ID/display/N.html), Markdown and JSON as text. So that one plot cannot flood the context, an image may be at most ` + fmtBytes(maxImageBase64) + ` of base64, the images of one result ` + fmtBytes(maxImagesBase64) + ` and ` + fmt.Sprint(maxImages) + ` in all, an HTML or SVG item ` + fmtBytes(maxResourceBytes) + `; what is over a cap is left out, and the text says what and why. structuredContent holds the full result object (exit_code, stdout, stderr, value, exception, display, timed_out, oom_killed, duration_ms, cpu_ms, memory_peak_bytes, error, session, ...), except that each image's base64 in display is replaced by a note such as "(sent as image content 1)" or why it was left out, so the same bytes are not sent twice. Very long output is shortened in the text (the middle is left out); structuredContent always has all of it, up to the output limit. Code that raises (exit status 1), exits non-zero, times out or is killed for memory comes back with isError true and the exception and traceback: read them, fix the code and call again. A request the sandbox refuses (over a limit, unknown Python, packages that cannot be installed, a session that expired, was lost or is busy) also has isError true, with the reason in "error".
 
 While a long run goes on, its output is sent as notifications/progress (when the call carries a progressToken) and as notifications/message log entries (logger "stdout" or "stderr", level info).
 
 Example arguments:
 {"code": "import statistics\nprint('n =', len(data))\nstatistics.mean(data)", "inputs": {"data": [2, 4, 4, 5]}, "timeout_seconds": 10}
 With packages and a plot:
-{"code": "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 6, 100)\nplt.plot(x, np.sin(x))\nnp.sin(x).max()", "dependencies": ["numpy", "matplotlib"]}`)
+{"code": "import numpy as np\nimport matplotlib.pyplot as plt\nx = np.linspace(0, 6, 100)\nplt.plot(x, np.sin(x))\nnp.sin(x).max()", "dependencies": ["numpy", "matplotlib"]}
+Loading data once in a session, then asking about it in later calls:
+{"code": "import pandas as pd\ndf = pd.DataFrame(rows)\ndf.shape", "inputs": {"rows": [{"region": "north", "amount": 3}, {"region": "south", "amount": 5}]}, "dependencies": ["pandas"], "session": "sales"}
+{"code": "df.groupby('region')['amount'].sum()", "session": "sales"}`)
 
 	return mcp.Tool{
 		Name:        ToolRunPython,
@@ -88,6 +95,7 @@ With packages and a plot:
 				"propertyNames": map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
 				"maxProperties": api.MaxInputs,
 			},
+			"session": sessionSchema(),
 		}, "code")),
 		RawOutputSchema: mustJSON(resultSchema()),
 		Annotations: mcp.ToolAnnotation{
@@ -154,6 +162,76 @@ Example arguments:
 			IdempotentHint:  mcp.ToBoolPtr(true),
 			OpenWorldHint:   mcp.ToBoolPtr(false),
 		},
+	}
+}
+
+func resetSessionTool() mcp.Tool {
+	desc := fmt.Sprintf(`Start a named Python session of run_python afresh: end the session that has this name on this connection, if any, and free the name, so that the next run_python call with "session" set to it starts a new, empty interpreter (created with that call's python, dependencies, env and memory_mb).
+
+Call it when run_python says a session expired (after %s without a call) or was lost (its interpreter died), since such a session is never recreated without you asking; when you want a clean interpreter under the same name; to change a session's python, dependencies, env or memory_mb; or to free one of the %d sessions a connection may hold. Everything the session held (variables, imports, files in /work) is gone afterwards, and a run still going on in it is stopped.
+
+Example arguments: {"session": "analysis"}`, idleText(0), maxSessionsPerConn)
+	return mcp.Tool{
+		Name:        ToolResetSession,
+		Title:       "Reset a named Python session",
+		Description: desc,
+		RawInputSchema: mustJSON(object(map[string]any{
+			"session": map[string]any{
+				"type":        "string",
+				"description": "The session's name, as given to run_python.",
+				"pattern":     sessionNamePattern.String(),
+				"maxLength":   maxSessionName,
+			},
+		}, "session")),
+		RawOutputSchema: mustJSON(resetSchema()),
+		Annotations: mcp.ToolAnnotation{
+			Title:           "Reset a named Python session",
+			ReadOnlyHint:    mcp.ToBoolPtr(false),
+			DestructiveHint: mcp.ToBoolPtr(true),
+			IdempotentHint:  mcp.ToBoolPtr(true),
+			OpenWorldHint:   mcp.ToBoolPtr(false),
+		},
+	}
+}
+
+// resetSchema describes resetReport, reset_session's structured content.
+func resetSchema() map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"session": typed("string", "the session's name"),
+			"outcome": typed("string", "what became of the session that had the name: ended, already_ended (it had expired or been lost), not_confirmed (the sandbox could not be asked; it ends when idle), or none (no session had the name)"),
+			"id":      typed("string", "the sandbox's id of the session that had the name"),
+		},
+		"required": []string{"session", "outcome"},
+	}
+}
+
+// sessionText is run_python's paragraph on sessions.
+func sessionText() string {
+	return fmt.Sprintf(`With "session": "NAME" (a name you choose, such as "analysis"), the code runs in a Python session that keeps its state: variables, functions, imports and files in /work persist across calls with the same name, so load data or do slow set-up once and use it in the calls that follow. `+
+		`The first call with a name creates the session with that call's python, dependencies, env and memory_mb, which then stay fixed (later calls may leave them out; a call asking for others is refused); timeout_seconds applies to each call. `+
+		`A session runs one call at a time (a second call while one runs is refused as busy), is private to this MCP connection and ends when it closes; a connection may hold %d at once. `+
+		`A session expires after %s without a call, or is lost when its interpreter dies (for example killed for memory): its variables are then gone, and calls with its name fail saying so rather than silently starting over. `+
+		`Call reset_session to start afresh under that name, or whenever you want a clean interpreter.`,
+		maxSessionsPerConn, idleText(0))
+}
+
+// sessionSchema is run_python's "session" parameter.
+func sessionSchema() map[string]any {
+	return map[string]any{
+		"type": "string",
+		"description": "A name you choose, such as \"analysis\", for a Python session that keeps its state: variables, functions, imports and files in /work " +
+			"persist across calls with the same name, so load data or do slow set-up once and use it in later calls. " +
+			"The first call with a name creates the session with that call's python, dependencies, env and memory_mb, which are then fixed: " +
+			"later calls may leave them out (or repeat them), and a call asking for others is refused. timeout_seconds applies to each call. " +
+			"Leave it out and every call is a fresh interpreter. " +
+			fmt.Sprintf("A session is private to this MCP connection and ends with it (at most %d at once); ", maxSessionsPerConn) +
+			fmt.Sprintf("it expires after %s without a call, and then calls with its name fail until reset_session is called. ", idleText(0)) +
+			"One call at a time per session. " +
+			fmt.Sprintf("1 to %d letters, digits, '_', '.' or '-'.", maxSessionName),
+		"pattern":   sessionNamePattern.String(),
+		"maxLength": maxSessionName,
 	}
 }
 
@@ -226,7 +304,7 @@ func filesystemText(info *api.Info) string {
 	if info != nil && info.Defaults.TmpBytes > 0 {
 		fmt.Fprintf(&b, " of %s each", fmtBytes(info.Defaults.TmpBytes))
 	}
-	b.WriteString(" and are discarded when the run ends.")
+	b.WriteString(" and are discarded when the run ends (in a session, when the session ends).")
 	if info != nil && info.Filesystem != "" {
 		b.WriteString(" In the daemon's words: " + strings.TrimSuffix(info.Filesystem, ".") + ".")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,13 @@ func serveStdioPipes(t *testing.T, srv *server.MCPServer, opts ...mcpclient.Clie
 // client of it.
 func serveHTTP(t *testing.T, srv *server.MCPServer, opts ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
+	return dialHTTP(t, serveHTTPURL(t, srv), opts...)
+}
+
+// serveHTTPURL serves srv with ServeHTTP on a loopback port until the test
+// ends and returns the endpoint's URL.
+func serveHTTPURL(t *testing.T, srv *server.MCPServer) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +81,33 @@ func serveHTTP(t *testing.T, srv *server.MCPServer, opts ...mcpclient.ClientOpti
 			t.Error("ServeHTTP did not return")
 		}
 	})
-	tr, err := transport.NewStreamableHTTP("http://"+ln.Addr().String()+HTTPPath,
-		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + testToken}))
+	return "http://" + ln.Addr().String() + HTTPPath
+}
+
+// dialHTTP returns an initialised client of the endpoint at url, closed
+// when the test ends.
+func dialHTTP(t *testing.T, url string, opts ...mcpclient.ClientOption) *mcpclient.Client {
+	t.Helper()
+	// The token goes on every request by the HTTP client: mcp-go's
+	// WithHTTPHeaders leaves it off the DELETE that ends the session.
+	tr, err := transport.NewStreamableHTTP(url,
+		transport.WithHTTPBasicClient(&http.Client{Transport: bearer{testToken}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := mcpclient.NewClient(tr, opts...)
 	initialize(t, c)
 	return c
+}
+
+// bearer is an HTTP transport that sends a bearer token with every
+// request.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func TestStdioTransport(t *testing.T) {
@@ -126,7 +153,7 @@ func exerciseTransport(t *testing.T, connect func(*server.MCPServer) *mcpclient.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tools.Tools) != 3 {
+	if len(tools.Tools) != 4 {
 		t.Errorf("%d tools listed", len(tools.Tools))
 	}
 
