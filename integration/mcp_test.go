@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,7 +98,10 @@ var mcpServingURL = regexp.MustCompile(`url=(http://\S+)`)
 func mcpHTTP(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
 	url, token, logs := startMCPHTTP(t, socket)
-	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	// The token on every request, also on the DELETE that ends the
+	// connection, which mcp-go's client sends without WithHTTPHeaders'.
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}),
+		transport.WithHTTPBasicClient(&http.Client{Transport: bearerTransport{token: token, rt: http.DefaultTransport}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +112,18 @@ func mcpHTTP(t *testing.T, socket string, opts ...mcpclient.ClientOption) *mcpcl
 	t.Cleanup(func() { c.Close() })
 	mcpInitialize(t, c, logs)
 	return c
+}
+
+// bearerTransport adds the bearer token to every request.
+type bearerTransport struct {
+	token string
+	rt    http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.rt.RoundTrip(r)
 }
 
 // startMCPHTTP starts bin/cellblock-mcp on socket with --http on a free
@@ -306,10 +322,10 @@ func TestMCP(t *testing.T) {
 					names[tool.Name] = tool
 				}
 				run, ok := names["run_python"]
-				if !ok || len(names) != 3 {
+				if !ok || len(names) != 4 {
 					t.Fatalf("tools = %v", res.Tools)
 				}
-				for _, n := range []string{"check_environment", "validate_python"} {
+				for _, n := range []string{"check_environment", "validate_python", "reset_session"} {
 					if _, ok := names[n]; !ok {
 						t.Errorf("no %s tool", n)
 					}
@@ -583,5 +599,63 @@ func mcpWaitUntil(t *testing.T, what string, timeout time.Duration, cond func() 
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// run_python's sessions against the real daemon: state persists across
+// calls with one name, reset_session starts afresh, and two connections
+// using the same name get sessions of their own.
+func TestMCPSessions(t *testing.T) {
+	d := daemon(t)
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			c := tr.connect(t, d.Socket)
+			if tr.name == "http" {
+				// The stateless protocol has no connection to keep a
+				// session private to: refused, with the way out.
+				res := mcpCall(t, ctx, c, "run_python", map[string]any{"code": "1", "session": "work"}, nil)
+				if !res.IsError || !strings.Contains(mcpText(res), "without \"session\"") {
+					t.Errorf("a named session over stateless HTTP: %s", mcpText(res))
+				}
+				return
+			}
+			call := func(c *mcpclient.Client, code string) api.Result {
+				t.Helper()
+				res := mcpCall(t, ctx, c, "run_python", map[string]any{"code": code, "session": "work"}, nil)
+				var r api.Result
+				mcpStructured(t, res, &r)
+				return r
+			}
+			call(c, "import json\ndata = json.loads('[1, 2, 3]')")
+			r := call(c, "sum(data) + 36")
+			if r.Value == nil || r.Value.Repr != "42" || r.Session == nil || r.Session.ExecutionCount != 2 || r.Session.State != api.SessionAlive {
+				t.Fatalf("the second call did not see the first's state: value %+v session %+v stderr %q", r.Value, r.Session, r.Stderr)
+			}
+			other := tr.connect(t, d.Socket)
+			if o := call(other, "'data' in globals()"); o.Value == nil || o.Value.Repr != "False" || o.Session.ID == r.Session.ID {
+				t.Errorf("another connection's session of the same name saw this one's: %+v %+v", o.Value, o.Session)
+			}
+			res := mcpCall(t, ctx, c, "reset_session", map[string]any{"session": "work"}, nil)
+			if res.IsError {
+				t.Fatalf("reset_session: %s", mcpText(res))
+			}
+			if _, err := d.Client.Session(ctx, r.Session.ID); errorType(err) != api.ErrSessionNotFound {
+				t.Errorf("the daemon still has the reset session: %v", err)
+			}
+			fresh := call(c, "'data' in globals()")
+			if fresh.Value == nil || fresh.Value.Repr != "False" || fresh.Session.ExecutionCount != 1 {
+				t.Errorf("after reset_session: %+v %+v", fresh.Value, fresh.Session)
+			}
+			// The connection's end ends its sessions.
+			c.Close()
+			if !waitFor(30*time.Second, func() bool {
+				_, err := d.Client.Session(ctx, fresh.Session.ID)
+				return errorType(err) == api.ErrSessionNotFound
+			}) {
+				t.Errorf("session %s outlived its MCP connection", fresh.Session.ID)
+			}
+		})
 	}
 }

@@ -116,6 +116,10 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A stdio client that went away may have closed our stdout and
+	// stderr: a write there must fail, not kill us before we end the
+	// connection's sessions.
+	signal.Ignore(syscall.SIGPIPE)
 
 	c := client.New(client.SocketPath(*socket))
 	ictx, cancel := context.WithTimeout(ctx, startupInfoTimeout)
