@@ -208,8 +208,9 @@ func (s *Session) MemoryUsage() int64 {
 // progress ends as lost.
 func (s *Session) Close() {
 	s.kill()
-	s.j.rch.Close()
-	s.j.ctl.Close()
+	for _, f := range []*os.File{s.j.rch, s.j.ctl, s.j.stdoutR, s.j.stderrR} {
+		f.Close()
+	}
 	s.j.r.tearDownLater(s.j)
 }
 

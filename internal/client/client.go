@@ -53,6 +53,10 @@ func New(socket string) *Client {
 }
 
 // Socket returns the socket path the client dials.
+// CloseIdleConnections closes the connections to the daemon that wait for
+// another request.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 func (c *Client) Socket() string { return c.socket }
 
 // Run carries out one run and returns its result. A run the daemon refused
