@@ -396,11 +396,13 @@ func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string
 			Dropped []Dropped `json:"dropped"`
 		}
 		if decodeStrict(cb, &notes, true) == nil {
+			var own []Dropped
 			for _, d := range notes.Dropped {
 				if len(d.MIME) <= 255 && len(d.Reason) <= 512 && d.Bytes >= 0 {
-					dropped = append([]Dropped{d}, dropped...)
+					own = append(own, d)
 				}
 			}
+			dropped = append(own, dropped...)
 		}
 	}
 	return md, dropped

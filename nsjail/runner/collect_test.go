@@ -127,6 +127,21 @@ func TestCollectDisplayChecks(t *testing.T) {
 	}
 }
 
+// The runner's own notes of what it dropped come first, in the order it
+// sent them, then the Collector's.
+func TestCollectDroppedOrder(t *testing.T) {
+	gif := base64.StdEncoding.EncodeToString([]byte("GIF89a"))
+	r := collect(t, DefaultLimits(), `{"type":"display","data":{"image/png":"`+gif+`","text/plain":"x"},"metadata":{"cellblock":{"dropped":[`+
+		`{"mime":"text/html","bytes":1,"reason":"first"},{"mime":"text/markdown","bytes":2,"reason":"second"}]}}}`)
+	var got []string
+	for _, d := range dropped(t, r.Display[0]) {
+		got = append(got, d.MIME)
+	}
+	if strings.Join(got, ",") != "text/html,text/markdown,image/png" {
+		t.Errorf("dropped %v, want the runner's two in order, then image/png", got)
+	}
+}
+
 func sorted(s []string) []string {
 	for i := range s {
 		for j := i + 1; j < len(s); j++ {
