@@ -236,7 +236,7 @@ func (c *Collector) value(payload []byte) {
 		return
 	}
 	v := &Value{Type: c.typeName(m.Value.Type, "value"), Repr: c.capField(m.Value.Repr, c.limits.ReprBytes, false, "value.repr")}
-	if j := m.Value.JSON; len(j) > 0 {
+	if j := validText(m.Value.JSON); len(j) > 0 {
 		if ok, why := jsonOK(j, c.limits.JSONBytes); ok {
 			v.JSON = append(json.RawMessage(nil), j...)
 		} else {
@@ -316,7 +316,7 @@ func (c *Collector) display(payload []byte) {
 	plain := ""
 	hasPlain := false
 	for _, mime := range mimes {
-		raw := m.Data[mime]
+		raw := validText(m.Data[mime])
 		if mime == "text/plain" {
 			var s string
 			if json.Unmarshal(raw, &s) == nil {
@@ -384,6 +384,7 @@ func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return md, dropped
 	}
+	raw = validText(raw)
 	if ok, why := jsonOK(raw, MetadataBytes); !ok {
 		return md, append(dropped, Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: why})
 	}
@@ -517,6 +518,49 @@ func jsonOK(raw []byte, max int) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// validText returns raw, a JSON value that the Collector keeps as it came,
+// as JSON text that escapes no lone surrogate ("\udcff", valid JSON syntax
+// that strict parsers refuse and that no UTF-8 can hold): such escapes
+// become U+FFFD, as they do in every string the Collector decodes, so the
+// daemon's answers are valid UTF-8 JSON whatever the jail sent. (Frames
+// that are not UTF-8 never get here: messageType refuses them.) raw that
+// is not JSON is returned as it is, for the checks to refuse.
+func validText(raw json.RawMessage) json.RawMessage {
+	if utf8.Valid(raw) && !surrogateEscape(raw) {
+		return raw
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return raw
+	}
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return raw
+	}
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
+}
+
+// surrogateEscape reports whether raw holds an escape in \uD800-\uDFFF,
+// paired or not. An escaped backslash followed by such text is a false
+// hit, which costs one needless re-encoding.
+func surrogateEscape(raw []byte) bool {
+	for i := bytes.Index(raw, []byte(`\u`)); i >= 0 && i+3 < len(raw); {
+		if (raw[i+2] == 'd' || raw[i+2] == 'D') && bytes.IndexByte([]byte("89abcdefABCDEF"), raw[i+3]) >= 0 {
+			return true
+		}
+		j := bytes.Index(raw[i+2:], []byte(`\u`))
+		if j < 0 {
+			return false
+		}
+		i += 2 + j
+	}
+	return false
 }
 
 // capString cuts s to at most n bytes on a UTF-8 boundary, keeping its

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func frame(s string) []byte {
@@ -139,6 +140,53 @@ func TestCollectDroppedOrder(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "text/html,text/markdown,image/png" {
 		t.Errorf("dropped %v, want the runner's two in order, then image/png", got)
+	}
+}
+
+// Whatever escapes the jail sends, what the Collector keeps encodes as
+// valid UTF-8 JSON with no lone surrogate: a lone surrogate becomes U+FFFD,
+// in the content kept as raw JSON too. A frame that is not UTF-8 is
+// skipped.
+func TestCollectInvalidUTF8(t *testing.T) {
+	const bad = `\udcff\ud800x`
+	r := collect(t, DefaultLimits(),
+		"{\"type\":\"display\",\"data\":{\"text/plain\":\"\xff\"}}",
+		`{"type":"display","data":{"text/plain":"p`+bad+`","text/html":"<b>`+bad+`</b>","application/json":{"k`+bad+`":["`+bad+`",1.50]}},`+
+			`"metadata":{"other":"`+bad+`","cellblock":{"dropped":[{"mime":"text/markdown","bytes":1,"reason":"r`+bad+`"}]}}}`,
+		`{"type":"display","data":{"text/html":"<i>\ud83d\ude00</i>","text/plain":"ok"}}`,
+		`{"type":"value","value":{"type":"T`+bad+`","repr":"r`+bad+`","json":"`+bad+`"}}`,
+		`{"type":"exception","exception":{"type":"E`+bad+`","message":"m`+bad+`","traceback":"t`+bad+`","line":1}}`,
+	)
+	if len(r.Display) != 2 || r.Value == nil || r.Exception == nil || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "not UTF-8") {
+		t.Fatalf("result %+v", r)
+	}
+	out, err := json.Marshal(struct {
+		Display   []Item
+		Value     *Value
+		Exception *Exception
+	}{r.Display, r.Value, r.Exception})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.Valid(out) {
+		t.Errorf("the result is not valid UTF-8: %q", out)
+	}
+	for _, esc := range []string{`\ud8`, `\udc`, `\udf`} {
+		if bytes.Contains(bytes.ToLower(out), []byte(esc)) {
+			t.Errorf("the result escapes a surrogate: %s", out)
+		}
+	}
+	if html, _ := r.Display[0].Text("text/html"); html != "<b>\ufffd\ufffdx</b>" {
+		t.Errorf("text/html %q", html)
+	}
+	if got := string(r.Display[0].Data["application/json"]); got != "{\"k\ufffd\ufffdx\":[\"\ufffd\ufffdx\",1.50]}" {
+		t.Errorf("application/json %s", got)
+	}
+	if html, _ := r.Display[1].Text("text/html"); html != "<i>\U0001F600</i>" {
+		t.Errorf("a surrogate pair: text/html %q", html)
+	}
+	if string(r.Value.JSON) != "\"\ufffd\ufffdx\"" || r.Value.Repr != "r\ufffd\ufffdx" {
+		t.Errorf("value %+v json %s", r.Value, r.Value.JSON)
 	}
 }
 
