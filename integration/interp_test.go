@@ -1,13 +1,20 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -295,4 +302,157 @@ func TestCLIDashForms(t *testing.T) {
 			t.Errorf("cellblock run %q: %v stdout %q stderr %q", c.args[0], err, out, stderr.String())
 		}
 	}
+}
+
+// postRun posts req to d's API and returns the answer's body as sent.
+func postRun(t *testing.T, d *Daemon, req *api.RunRequest) []byte {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := unixHTTP(d.Socket).Do(hreq)
+	if err != nil {
+		t.Fatalf("POST %s: %v", api.PathRuns, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s %v\n%s", api.PathRuns, resp.Status, err, out)
+	}
+	return out
+}
+
+// dataText is a display item's content for mime, a string, or "" when it
+// has none.
+func dataText(d api.DisplayItem, mime string) string {
+	var s string
+	_ = json.Unmarshal(d.Data[mime], &s)
+	return s
+}
+
+// strictJSONText says what makes b something other than JSON text that a
+// strict parser takes: not UTF-8, not JSON, or a \u escape of a lone
+// surrogate (which encoding/json accepts and turns into U+FFFD, but
+// Python's json.loads keeps and serde_json refuses).
+func strictJSONText(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("not UTF-8")
+	}
+	if !json.Valid(b) {
+		return errors.New("not JSON")
+	}
+	surrogate := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		return rune(n), err == nil && n >= 0xd800 && n <= 0xdfff
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := surrogate(i)
+		switch {
+		case !ok:
+			i++ // skip the escaped character: \\ and \" included
+		case r >= 0xdc00:
+			return fmt.Errorf("a lone low surrogate at byte %d: %.40q", i, b[i:])
+		default:
+			if low, ok := surrogate(i + 6); !ok || low < 0xdc00 {
+				return fmt.Errorf("a lone high surrogate at byte %d: %.40q", i, b[i:])
+			}
+			i += 11
+		}
+	}
+	return nil
+}
+
+// Lone surrogates in a repr, an exception's message, a display item's text
+// and stdout, and surrogate escapes that a program writes to the runner's
+// channel itself: the daemon's answer is strict UTF-8 JSON each time, with
+// U+FFFD or "?" in their place, and the run is not failed.
+func TestNonUTF8Reports(t *testing.T) {
+	d := daemon(t)
+	for _, c := range []struct {
+		name  string
+		req   api.RunRequest
+		check func(r *api.Result) error
+	}{{
+		name: "repr", req: api.RunRequest{Mode: api.ModeCell, Code: "class C:\n    def __repr__(self):\n        return 'a\\udcffb'\nC()"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Value == nil || r.Value.Repr != "a?b" {
+				return fmt.Errorf("exit %d value %+v", r.ExitCode, r.Value)
+			}
+			return nil
+		},
+	}, {
+		name: "exception", req: api.RunRequest{Mode: api.ModeCell, Code: "raise ValueError('bad \\udcff here')"},
+		check: func(r *api.Result) error {
+			if x := r.Exception; r.ExitCode != 1 || x == nil || x.Type != "ValueError" || x.Message != "bad ? here" ||
+				!strings.Contains(r.Stderr, `ValueError: bad \udcff here`) {
+				return fmt.Errorf("exit %d exception %+v stderr %q", r.ExitCode, x, r.Stderr)
+			}
+			return nil
+		},
+	}, {
+		name: "display", req: api.RunRequest{Code: "import cellblock\nclass D:\n    def __repr__(self):\n        return 't\\udcff'\n" +
+			"    def _repr_html_(self):\n        return '<b>\\udcff</b>'\ncellblock.display(D())"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || len(r.Display) != 1 || dataText(r.Display[0], "text/plain") != "t?" ||
+				dataText(r.Display[0], "text/html") != "<b>?</b>" {
+				return fmt.Errorf("exit %d display %+v", r.ExitCode, r.Display)
+			}
+			return nil
+		},
+	}, {
+		name: "stdout", req: api.RunRequest{Code: "import sys\nprint('x\\udcffy')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xfe\\n')"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Stdout != "x\ufffdy\n\ufffd\n" {
+				return fmt.Errorf("exit %d stdout %q", r.ExitCode, r.Stdout)
+			}
+			return nil
+		},
+	}, {
+		name: "escapes on the channel", req: api.RunRequest{Code: findRunnerChannel + `
+import struct
+for m in (b'{"type":"value","value":{"type":"str","repr":"r\\udcff","json":"j\\udcff"}}',
+          b'{"type":"display","data":{"text/plain":"p\\ud800","text/html":"<i>\\udcff</i>"},"metadata":{"k":"\\udfff"}}'):
+    os.write(fd, struct.pack(">I", len(m)) + m)
+print("sent")
+`},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Stdout != "sent\n" || r.Value == nil || r.Value.Repr != "r\ufffd" || string(r.Value.JSON) != "\"j\ufffd\"" ||
+				len(r.Display) != 1 || dataText(r.Display[0], "text/html") != "<i>\ufffd</i>" || dataText(r.Display[0], "text/plain") != "p\ufffd" {
+				return fmt.Errorf("exit %d stdout %q value %+v display %+v", r.ExitCode, r.Stdout, r.Value, r.Display)
+			}
+			return nil
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			body := postRun(t, d, &c.req)
+			if err := strictJSONText(body); err != nil {
+				t.Errorf("the answer is not strict JSON text: %v\n%s", err, body)
+			}
+			var res api.Result
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Fatalf("decode %s: %v", body, err)
+			}
+			if res.Error != nil || res.TimedOut {
+				t.Fatalf("the run failed: %+v", res)
+			}
+			if err := c.check(&res); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	runOK(t, d, &api.RunRequest{Code: "print('still fine')"})
 }
