@@ -456,3 +456,65 @@ print("sent")
 	}
 	runOK(t, d, &api.RunRequest{Code: "print('still fine')"})
 }
+
+// The operator's display caps, end to end: info.display reports them, and
+// a run's items over the per-item cap or past the total keep only their
+// text/plain, with a note in metadata.cellblock.dropped of what went, how
+// big it was and why; an item within the caps is kept whole.
+func TestDisplayCapsFromFlags(t *testing.T) {
+	d := startDaemon(t, "--prestart", "0", "--display-item-bytes", "2K", "--display-total-bytes", "3K")
+	info, err := d.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.DisplayCaps{Items: 64, ItemBytes: 2 << 10, TotalBytes: 3 << 10, ReprBytes: 4096, TracebackBytes: 65536}
+	if info.Display == nil || *info.Display != want {
+		t.Fatalf("info.display = %+v, want %+v", info.Display, want)
+	}
+	res := runCell(t, d, `
+import cellblock
+class Page:
+    def __init__(self, name, n):
+        self.name, self.n = name, n
+    def _repr_html_(self):
+        return "<p>" + "x" * self.n + "</p>"
+    def __repr__(self):
+        return self.name
+cellblock.display(Page("fits", 1500))
+cellblock.display(Page("past the total", 1800))
+Page("over the item cap", 3000)
+`, nil)
+	if res.ExitCode != 0 || len(res.Display) != 3 {
+		t.Fatalf("exit %d, %d display items, stderr %q", res.ExitCode, len(res.Display), res.Stderr)
+	}
+	for i, c := range []struct {
+		plain  string
+		html   int // bytes of text/html kept, 0 for none
+		reason string
+	}{
+		{"fits", 1500 + 7, ""},
+		{"past the total", 0, "past display_total_bytes (3072)"},
+		{"over the item cap", 0, "item over display_item_bytes (2048)"},
+	} {
+		it := res.Display[i]
+		if got := dataText(it, "text/plain"); got != c.plain {
+			t.Errorf("display[%d] text/plain %q, want %q", i, got, c.plain)
+		}
+		if got := len(dataText(it, "text/html")); got != c.html {
+			t.Errorf("display[%d] (%s): %d bytes of text/html, want %d", i, c.plain, got, c.html)
+		}
+		var notes api.DisplayNotes
+		if raw, ok := it.Metadata[api.DisplayNotesKey]; ok {
+			if err := json.Unmarshal(raw, &notes); err != nil {
+				t.Errorf("display[%d] metadata.cellblock %s: %v", i, raw, err)
+			}
+		}
+		switch {
+		case c.reason == "" && len(notes.Dropped) != 0:
+			t.Errorf("display[%d] (%s): dropped %+v", i, c.plain, notes.Dropped)
+		case c.reason == "":
+		case len(notes.Dropped) != 1 || notes.Dropped[0].MIME != "text/html" || notes.Dropped[0].Reason != c.reason || notes.Dropped[0].Bytes < 1800:
+			t.Errorf("display[%d] (%s): dropped %+v, want text/html for %q", i, c.plain, notes.Dropped, c.reason)
+		}
+	}
+}
