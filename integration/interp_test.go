@@ -518,3 +518,37 @@ Page("over the item cap", 3000)
 		}
 	}
 }
+
+// In script mode (the default) too, inputs are bound as globals before the
+// first line runs, are cellblock.inputs, and leave the program's argv and
+// environment alone; a script has no value.
+func TestScriptModeInputs(t *testing.T) {
+	d := daemon(t)
+	res := runOK(t, d, &api.RunRequest{
+		Code: `
+import os, sys
+print(__name__, n + 1, names, cfg["deep"][0], nothing is None, text)
+def uses_global():
+    return n * 2
+print(uses_global())
+import cellblock
+print(cellblock.inputs == {"n": n, "names": names, "cfg": cfg, "nothing": None, "text": text})
+print(sys.argv, sorted(k for k in os.environ if k in ("n", "names", "cfg")))
+n * 100
+`,
+		Args: []string{"a1"},
+		Inputs: map[string]json.RawMessage{
+			"n": json.RawMessage("5"), "names": json.RawMessage(`["a", "b"]`), "cfg": json.RawMessage(`{"deep": [true]}`),
+			"nothing": json.RawMessage("null"), "text": json.RawMessage(`"é ünïcode"`),
+		},
+	})
+	want := "__main__ 6 ['a', 'b'] True True é ünïcode\n10\nTrue\n['/work/main.py', 'a1'] []\n"
+	if res.Stdout != want || res.Value != nil {
+		t.Errorf("stdout %q value %+v stderr %q; want stdout %q and no value", res.Stdout, res.Value, res.Stderr, want)
+	}
+	// Without inputs, the names are not there.
+	res = run(t, d, &api.RunRequest{Code: "print(n)"})
+	if res.ExitCode != 1 || res.Exception == nil || res.Exception.Type != "NameError" {
+		t.Errorf("no inputs: exit %d exception %+v", res.ExitCode, res.Exception)
+	}
+}
