@@ -16,6 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/cellblock/cellblock/internal/api"
 )
 
@@ -460,7 +463,8 @@ print("sent")
 // The operator's display caps, end to end: info.display reports them, and
 // a run's items over the per-item cap or past the total keep only their
 // text/plain, with a note in metadata.cellblock.dropped of what went, how
-// big it was and why; an item within the caps is kept whole.
+// big it was and why, which cellblock-mcp puts in words; an item within
+// the caps is kept whole.
 func TestDisplayCapsFromFlags(t *testing.T) {
 	d := startDaemon(t, "--prestart", "0", "--display-item-bytes", "2K", "--display-total-bytes", "3K")
 	info, err := d.Client.Info(context.Background())
@@ -471,7 +475,7 @@ func TestDisplayCapsFromFlags(t *testing.T) {
 	if info.Display == nil || *info.Display != want {
 		t.Fatalf("info.display = %+v, want %+v", info.Display, want)
 	}
-	res := runCell(t, d, `
+	code := `
 import cellblock
 class Page:
     def __init__(self, name, n):
@@ -483,7 +487,8 @@ class Page:
 cellblock.display(Page("fits", 1500))
 cellblock.display(Page("past the total", 1800))
 Page("over the item cap", 3000)
-`, nil)
+`
+	res := runCell(t, d, code, nil)
 	if res.ExitCode != 0 || len(res.Display) != 3 {
 		t.Fatalf("exit %d, %d display items, stderr %q", res.ExitCode, len(res.Display), res.Stderr)
 	}
@@ -515,6 +520,20 @@ Page("over the item cap", 3000)
 		case c.reason == "":
 		case len(notes.Dropped) != 1 || notes.Dropped[0].MIME != "text/html" || notes.Dropped[0].Reason != c.reason || notes.Dropped[0].Bytes < 1800:
 			t.Errorf("display[%d] (%s): dropped %+v, want text/html for %q", i, c.plain, notes.Dropped, c.reason)
+		}
+	}
+
+	// cellblock-mcp tells the model what was dropped, how big and why.
+	c := mcpStdio(t, d.Socket, mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	text := mcpText(mcpCall(t, ctx, c, "run_python", map[string]any{"code": code}, nil))
+	for _, line := range []string{
+		"\n[1] text/plain: past the total; the sandbox dropped text/html of 1.8 KiB (past display_total_bytes (3072))\n",
+		"\n[2] text/plain: over the item cap; the sandbox dropped text/html of 2.9 KiB (item over display_item_bytes (2048))\n",
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("the text lacks the line %q:\n%s", line, text)
 		}
 	}
 }
