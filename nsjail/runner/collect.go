@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -521,46 +522,63 @@ func jsonOK(raw []byte, max int) (bool, string) {
 }
 
 // validText returns raw, a JSON value that the Collector keeps as it came,
-// as JSON text that escapes no lone surrogate ("\udcff", valid JSON syntax
-// that strict parsers refuse and that no UTF-8 can hold): such escapes
-// become U+FFFD, as they do in every string the Collector decodes, so the
-// daemon's answers are valid UTF-8 JSON whatever the jail sent. (Frames
-// that are not UTF-8 never get here: messageType refuses them.) raw that
-// is not JSON is returned as it is, for the checks to refuse.
+// with every escape of a lone surrogate ("\udcff": valid JSON syntax, but
+// strict parsers refuse it and no UTF-8 can hold it) replaced by \ufffd,
+// as encoding/json does in every string the Collector decodes. The
+// daemon's answers are then valid UTF-8 JSON whatever the jail sent: raw
+// is UTF-8 already, since messageType refuses frames that are not. raw is
+// rewritten in one pass, without decoding it, so that a big value costs
+// no more than its copy; what is not JSON is left for the checks to
+// refuse.
 func validText(raw json.RawMessage) json.RawMessage {
-	if utf8.Valid(raw) && !surrogateEscape(raw) {
+	var out []byte // raw rewritten up to i, once it needs rewriting
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 >= len(raw) {
+			if out != nil {
+				out = append(out, raw[i])
+			}
+			continue
+		}
+		n := 2 // the escape's length: kept as it is, unless 0
+		if raw[i+1] == 'u' {
+			if r, ok := hex4(raw, i+2); ok {
+				n = 6
+				if r >= 0xd800 && r <= 0xdfff {
+					n = 0 // a lone surrogate, unless a high one before a low one
+					if r < 0xdc00 && i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+						if low, ok := hex4(raw, i+8); ok && low >= 0xdc00 && low <= 0xdfff {
+							n = 12
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			if out == nil {
+				out = append(make([]byte, 0, len(raw)), raw[:i]...)
+			}
+			out = append(out, `\ufffd`...)
+			i += 5
+			continue
+		}
+		if out != nil {
+			out = append(out, raw[i:i+n]...)
+		}
+		i += n - 1
+	}
+	if out == nil {
 		return raw
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return raw
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(v) != nil {
-		return raw
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
+	return out
 }
 
-// surrogateEscape reports whether raw holds an escape in \uD800-\uDFFF,
-// paired or not. An escaped backslash followed by such text is a false
-// hit, which costs one needless re-encoding.
-func surrogateEscape(raw []byte) bool {
-	for i := bytes.Index(raw, []byte(`\u`)); i >= 0 && i+3 < len(raw); {
-		if (raw[i+2] == 'd' || raw[i+2] == 'D') && bytes.IndexByte([]byte("89abcdefABCDEF"), raw[i+3]) >= 0 {
-			return true
-		}
-		j := bytes.Index(raw[i+2:], []byte(`\u`))
-		if j < 0 {
-			return false
-		}
-		i += 2 + j
+// hex4 reads the 4 hex digits of a \u escape at raw[i:].
+func hex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
 	}
-	return false
+	n, err := strconv.ParseUint(string(raw[i:i+4]), 16, 16)
+	return rune(n), err == nil
 }
 
 // capString cuts s to at most n bytes on a UTF-8 boundary, keeping its

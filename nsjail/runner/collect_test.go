@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -171,21 +173,20 @@ func TestCollectInvalidUTF8(t *testing.T) {
 	if !utf8.Valid(out) {
 		t.Errorf("the result is not valid UTF-8: %q", out)
 	}
-	for _, esc := range []string{`\ud8`, `\udc`, `\udf`} {
-		if bytes.Contains(bytes.ToLower(out), []byte(esc)) {
-			t.Errorf("the result escapes a surrogate: %s", out)
-		}
+	pairs := regexp.MustCompile(`\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}`)
+	if regexp.MustCompile(`\\u[dD][89a-fA-F]`).Match(pairs.ReplaceAll(out, nil)) {
+		t.Errorf("the result escapes a lone surrogate: %s", out)
 	}
 	if html, _ := r.Display[0].Text("text/html"); html != "<b>\ufffd\ufffdx</b>" {
 		t.Errorf("text/html %q", html)
 	}
-	if got := string(r.Display[0].Data["application/json"]); got != "{\"k\ufffd\ufffdx\":[\"\ufffd\ufffdx\",1.50]}" {
+	if got := string(r.Display[0].Data["application/json"]); got != `{"k\ufffd\ufffdx":["\ufffd\ufffdx",1.50]}` {
 		t.Errorf("application/json %s", got)
 	}
-	if html, _ := r.Display[1].Text("text/html"); html != "<i>\U0001F600</i>" {
-		t.Errorf("a surrogate pair: text/html %q", html)
+	if raw := string(r.Display[1].Data["text/html"]); raw != `"<i>\ud83d\ude00</i>"` {
+		t.Errorf("a surrogate pair, changed: text/html %s", raw)
 	}
-	if string(r.Value.JSON) != "\"\ufffd\ufffdx\"" || r.Value.Repr != "r\ufffd\ufffdx" {
+	if string(r.Value.JSON) != `"\ufffd\ufffdx"` || r.Value.Repr != "r\ufffd\ufffdx" {
 		t.Errorf("value %+v json %s", r.Value, r.Value.JSON)
 	}
 }
@@ -411,6 +412,33 @@ func FuzzCollect(f *testing.F) {
 		}
 		if len(r.Notes) > maxNotes+1 {
 			t.Fatalf("%d notes", len(r.Notes))
+		}
+	})
+}
+
+// validText changes no JSON value as encoding/json reads it, keeps valid
+// JSON valid and invalid JSON invalid, and has nothing left to do on its
+// own output.
+func FuzzValidText(f *testing.F) {
+	for _, s := range []string{`"a\udcffb"`, `["\ud83d\ude00","\ud83d",{"\udfff":1}]`, `"\\udcff"`, `"\u00e9\ud800\u0041"`, `"\ud800\ud800\udc00"`, `"\u12"`, `{"a":"\ud800`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !utf8.Valid(raw) {
+			return // messageType refuses such frames before validText sees them
+		}
+		out := validText(raw)
+		if json.Valid(raw) != json.Valid(out) {
+			t.Fatalf("valid %v became %v: %q -> %q", json.Valid(raw), json.Valid(out), raw, out)
+		}
+		if again := validText(out); !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %q -> %q -> %q", raw, out, again)
+		}
+		var a, b any
+		if json.Unmarshal(raw, &a) == nil {
+			if err := json.Unmarshal(out, &b); err != nil || !reflect.DeepEqual(a, b) {
+				t.Fatalf("%q reads as %v, %q as %v (%v)", raw, a, out, b, err)
+			}
 		}
 	})
 }
