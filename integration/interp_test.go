@@ -335,9 +335,12 @@ func postRun(t *testing.T, d *Daemon, req *api.RunRequest) []byte {
 
 // dataText is a display item's content for mime, a string, or "" when it
 // has none.
-func dataText(d api.DisplayItem, mime string) string {
+func dataText(d api.DisplayItem, mime string) string { return jsonString(d.Data[mime]) }
+
+// jsonString is raw decoded as a JSON string, or "" when it is not one.
+func jsonString(raw json.RawMessage) string {
 	var s string
-	_ = json.Unmarshal(d.Data[mime], &s)
+	_ = json.Unmarshal(raw, &s)
 	return s
 }
 
@@ -433,7 +436,7 @@ for m in (b'{"type":"value","value":{"type":"str","repr":"r\\udcff","json":"j\\u
 print("sent")
 `},
 		check: func(r *api.Result) error {
-			if r.ExitCode != 0 || r.Stdout != "sent\n" || r.Value == nil || r.Value.Repr != "r\ufffd" || string(r.Value.JSON) != "\"j\ufffd\"" ||
+			if r.ExitCode != 0 || r.Stdout != "sent\n" || r.Value == nil || r.Value.Repr != "r\ufffd" || jsonString(r.Value.JSON) != "j\ufffd" ||
 				len(r.Display) != 1 || dataText(r.Display[0], "text/html") != "<i>\ufffd</i>" || dataText(r.Display[0], "text/plain") != "p\ufffd" {
 				return fmt.Errorf("exit %d stdout %q value %+v display %+v", r.ExitCode, r.Stdout, r.Value, r.Display)
 			}
