@@ -1,13 +1,20 @@
 package integration
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/nsjail/layout"
+	runnerfiles "github.com/cellblock/cellblock/nsjail/runner"
 )
 
 // escape runs code that prints one line per attempt, "BLOCKED <what>" or
@@ -278,5 +285,84 @@ print(os.getuid(), st["CapEff"].strip(), st["NoNewPrivs"].strip(), st["Seccomp"]
 `})
 	if got := strings.TrimSpace(res.Stdout); got != "65534 0000000000000000 1 2" {
 		t.Errorf("without a user namespace: %q", got)
+	}
+}
+
+// The runner's directory is bind-mounted read-only in every jail: a run can
+// change neither the runner nor the cellblock package, for itself or for
+// the runs after it (every jail mounts the same host directory), and the
+// next run imports them intact.
+func TestEscapeWriteRunnerDir(t *testing.T) {
+	escape(t, tryPrelude+fmt.Sprintf(`
+import os
+R = %q
+P = R + "/cellblock"
+attempt("append to the runner", lambda: open(R + "/_cellblock_runner.py", "a"))
+attempt("truncate the runner", lambda: os.truncate(R + "/_cellblock_runner.py", 0))
+attempt("create a module in the runner dir", lambda: open(R + "/sitecustomize.py", "x"))
+attempt("mkdir in the runner dir", lambda: os.mkdir(R + "/evil"))
+attempt("chmod the runner", lambda: os.chmod(R + "/_cellblock_runner.py", 0o777))
+attempt("chmod the runner dir", lambda: os.chmod(R, 0o777))
+attempt("rename the runner", lambda: os.rename(R + "/_cellblock_runner.py", R + "/old.py"))
+attempt("unlink the runner", lambda: os.unlink(R + "/_cellblock_runner.py"))
+attempt("touch the runner", lambda: os.utime(R + "/_cellblock_runner.py", (0, 0)))
+attempt("overwrite cellblock/__init__.py", lambda: open(P + "/__init__.py", "w"))
+attempt("create cellblock/evil.py", lambda: open(P + "/evil.py", "x"))
+attempt("create cellblock/__pycache__", lambda: os.mkdir(P + "/__pycache__"))
+attempt("chmod cellblock/_channel.py", lambda: os.chmod(P + "/_channel.py", 0o666))
+attempt("chmod the package dir", lambda: os.chmod(P, 0o777))
+attempt("rename cellblock/_channel.py", lambda: os.rename(P + "/_channel.py", P + "/_old.py"))
+attempt("rename the package", lambda: os.rename(P, R + "/cb"))
+attempt("symlink into the package", lambda: os.symlink("/tmp/x", P + "/_evil.py"))
+# And the mount itself is read-only, whatever the files' modes.
+mounts = [l.split() for l in open("/proc/self/mountinfo")]
+opts = [m[5].split(",") for m in mounts if m[4] == R]
+if opts and "ro" in opts[-1]:
+    print("BLOCKED the mount is read-only")
+else:
+    print("ESCAPED the mount's options are", opts)
+`, layout.RunnerDir), 18)
+
+	// A run after that finds every file as the daemon installed it, and
+	// nothing more, and cellblock works.
+	want := map[string]string{}
+	err := fs.WalkDir(runnerfiles.Files(), ".", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(runnerfiles.Files(), p)
+		want[p] = fmt.Sprintf("%x", sha256.Sum256(b))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := daemon(t)
+	res, err := d.Client.Run(context.Background(), &api.RunRequest{Mode: api.ModeCell, Code: fmt.Sprintf(`
+import hashlib, os, cellblock
+found = {}
+for root, dirs, files in os.walk(%q):
+    for f in dirs + files:
+        p = os.path.join(root, f)
+        found[os.path.relpath(p, %q)] = "dir" if os.path.isdir(p) else hashlib.sha256(open(p, "rb").read()).hexdigest()
+cellblock.display({"shown": True})
+{"files": found, "module": cellblock.__file__}
+`, layout.RunnerDir, layout.RunnerDir)})
+	if err != nil || res.Error != nil || res.ExitCode != 0 || res.Value == nil {
+		t.Fatalf("import cellblock after the attempts: %+v %v", res, err)
+	}
+	var got struct {
+		Files  map[string]string `json:"files"`
+		Module string            `json:"module"`
+	}
+	if err := json.Unmarshal(res.Value.JSON, &got); err != nil {
+		t.Fatalf("value %s: %v", res.Value.JSON, err)
+	}
+	delete(got.Files, "cellblock") // the package's directory
+	if !maps.Equal(got.Files, want) {
+		t.Errorf("the runner's files in a jail:\n%v\nwant the daemon's:\n%v", got.Files, want)
+	}
+	if got.Module != layout.RunnerDir+"/cellblock/__init__.py" || len(res.Display) != 1 {
+		t.Errorf("cellblock from %q, %d display items", got.Module, len(res.Display))
 	}
 }

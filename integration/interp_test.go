@@ -1,13 +1,23 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -294,5 +304,273 @@ func TestCLIDashForms(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || string(out) != c.want || !strings.Contains(stderr.String(), c.file) {
 			t.Errorf("cellblock run %q: %v stdout %q stderr %q", c.args[0], err, out, stderr.String())
 		}
+	}
+}
+
+// postRun posts req to d's API and returns the answer's body as sent.
+func postRun(t *testing.T, d *Daemon, req *api.RunRequest) []byte {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := unixHTTP(d.Socket).Do(hreq)
+	if err != nil {
+		t.Fatalf("POST %s: %v", api.PathRuns, err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %s %v\n%s", api.PathRuns, resp.Status, err, out)
+	}
+	return out
+}
+
+// dataText is a display item's content for mime, a string, or "" when it
+// has none.
+func dataText(d api.DisplayItem, mime string) string { return jsonString(d.Data[mime]) }
+
+// jsonString is raw decoded as a JSON string, or "" when it is not one.
+func jsonString(raw json.RawMessage) string {
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	return s
+}
+
+// strictJSONText says what makes b something other than JSON text that a
+// strict parser takes: not UTF-8, not JSON, or a \u escape of a lone
+// surrogate (which encoding/json accepts and turns into U+FFFD, but
+// Python's json.loads keeps and serde_json refuses).
+func strictJSONText(b []byte) error {
+	if !utf8.Valid(b) {
+		return errors.New("not UTF-8")
+	}
+	if !json.Valid(b) {
+		return errors.New("not JSON")
+	}
+	surrogate := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		return rune(n), err == nil && n >= 0xd800 && n <= 0xdfff
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		r, ok := surrogate(i)
+		switch {
+		case !ok:
+			i++ // skip the escaped character: \\ and \" included
+		case r >= 0xdc00:
+			return fmt.Errorf("a lone low surrogate at byte %d: %.40q", i, b[i:])
+		default:
+			if low, ok := surrogate(i + 6); !ok || low < 0xdc00 {
+				return fmt.Errorf("a lone high surrogate at byte %d: %.40q", i, b[i:])
+			}
+			i += 11
+		}
+	}
+	return nil
+}
+
+// Lone surrogates in a repr, an exception's message, a display item's text
+// and stdout, and surrogate escapes that a program writes to the runner's
+// channel itself: the daemon's answer is strict UTF-8 JSON each time, with
+// U+FFFD or "?" in their place, and the run is not failed.
+func TestNonUTF8Reports(t *testing.T) {
+	d := daemon(t)
+	for _, c := range []struct {
+		name  string
+		req   api.RunRequest
+		check func(r *api.Result) error
+	}{{
+		name: "repr", req: api.RunRequest{Mode: api.ModeCell, Code: "class C:\n    def __repr__(self):\n        return 'a\\udcffb'\nC()"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Value == nil || r.Value.Repr != "a?b" {
+				return fmt.Errorf("exit %d value %+v", r.ExitCode, r.Value)
+			}
+			return nil
+		},
+	}, {
+		name: "exception", req: api.RunRequest{Mode: api.ModeCell, Code: "raise ValueError('bad \\udcff here')"},
+		check: func(r *api.Result) error {
+			if x := r.Exception; r.ExitCode != 1 || x == nil || x.Type != "ValueError" || x.Message != "bad ? here" ||
+				!strings.Contains(r.Stderr, `ValueError: bad \udcff here`) {
+				return fmt.Errorf("exit %d exception %+v stderr %q", r.ExitCode, x, r.Stderr)
+			}
+			return nil
+		},
+	}, {
+		name: "display", req: api.RunRequest{Code: "import cellblock\nclass D:\n    def __repr__(self):\n        return 't\\udcff'\n" +
+			"    def _repr_html_(self):\n        return '<b>\\udcff</b>'\ncellblock.display(D())"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || len(r.Display) != 1 || dataText(r.Display[0], "text/plain") != "t?" ||
+				dataText(r.Display[0], "text/html") != "<b>?</b>" {
+				return fmt.Errorf("exit %d display %+v", r.ExitCode, r.Display)
+			}
+			return nil
+		},
+	}, {
+		name: "stdout", req: api.RunRequest{Code: "import sys\nprint('x\\udcffy')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xfe\\n')"},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Stdout != "x\ufffdy\n\ufffd\n" {
+				return fmt.Errorf("exit %d stdout %q", r.ExitCode, r.Stdout)
+			}
+			return nil
+		},
+	}, {
+		name: "escapes on the channel", req: api.RunRequest{Code: findRunnerChannel + `
+import struct
+for m in (b'{"type":"value","value":{"type":"str","repr":"r\\udcff","json":"j\\udcff"}}',
+          b'{"type":"display","data":{"text/plain":"p\\ud800","text/html":"<i>\\udcff</i>"},"metadata":{"k":"\\udfff"}}'):
+    os.write(fd, struct.pack(">I", len(m)) + m)
+print("sent")
+`},
+		check: func(r *api.Result) error {
+			if r.ExitCode != 0 || r.Stdout != "sent\n" || r.Value == nil || r.Value.Repr != "r\ufffd" || jsonString(r.Value.JSON) != "j\ufffd" ||
+				len(r.Display) != 1 || dataText(r.Display[0], "text/html") != "<i>\ufffd</i>" || dataText(r.Display[0], "text/plain") != "p\ufffd" {
+				return fmt.Errorf("exit %d stdout %q value %+v display %+v", r.ExitCode, r.Stdout, r.Value, r.Display)
+			}
+			return nil
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			body := postRun(t, d, &c.req)
+			if err := strictJSONText(body); err != nil {
+				t.Errorf("the answer is not strict JSON text: %v\n%s", err, body)
+			}
+			var res api.Result
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Fatalf("decode %s: %v", body, err)
+			}
+			if res.Error != nil || res.TimedOut {
+				t.Fatalf("the run failed: %+v", res)
+			}
+			if err := c.check(&res); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	runOK(t, d, &api.RunRequest{Code: "print('still fine')"})
+}
+
+// The operator's display caps, end to end: info.display reports them, and
+// a run's items over the per-item cap or past the total keep only their
+// text/plain, with a note in metadata.cellblock.dropped of what went, how
+// big it was and why, which cellblock-mcp puts in words; an item within
+// the caps is kept whole.
+func TestDisplayCapsFromFlags(t *testing.T) {
+	d := startDaemon(t, "--prestart", "0", "--display-item-bytes", "2K", "--display-total-bytes", "3K")
+	info, err := d.Client.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := api.DisplayCaps{Items: 64, ItemBytes: 2 << 10, TotalBytes: 3 << 10, ReprBytes: 4096, TracebackBytes: 65536}
+	if info.Display == nil || *info.Display != want {
+		t.Fatalf("info.display = %+v, want %+v", info.Display, want)
+	}
+	code := `
+import cellblock
+class Page:
+    def __init__(self, name, n):
+        self.name, self.n = name, n
+    def _repr_html_(self):
+        return "<p>" + "x" * self.n + "</p>"
+    def __repr__(self):
+        return self.name
+cellblock.display(Page("fits", 1500))
+cellblock.display(Page("past the total", 1800))
+Page("over the item cap", 3000)
+`
+	res := runCell(t, d, code, nil)
+	if res.ExitCode != 0 || len(res.Display) != 3 {
+		t.Fatalf("exit %d, %d display items, stderr %q", res.ExitCode, len(res.Display), res.Stderr)
+	}
+	for i, c := range []struct {
+		plain  string
+		html   int // bytes of text/html kept, 0 for none
+		reason string
+	}{
+		{"fits", 1500 + 7, ""},
+		{"past the total", 0, "past display_total_bytes (3072)"},
+		{"over the item cap", 0, "item over display_item_bytes (2048)"},
+	} {
+		it := res.Display[i]
+		if got := dataText(it, "text/plain"); got != c.plain {
+			t.Errorf("display[%d] text/plain %q, want %q", i, got, c.plain)
+		}
+		if got := len(dataText(it, "text/html")); got != c.html {
+			t.Errorf("display[%d] (%s): %d bytes of text/html, want %d", i, c.plain, got, c.html)
+		}
+		var notes api.DisplayNotes
+		if raw, ok := it.Metadata[api.DisplayNotesKey]; ok {
+			if err := json.Unmarshal(raw, &notes); err != nil {
+				t.Errorf("display[%d] metadata.cellblock %s: %v", i, raw, err)
+			}
+		}
+		switch {
+		case c.reason == "" && len(notes.Dropped) != 0:
+			t.Errorf("display[%d] (%s): dropped %+v", i, c.plain, notes.Dropped)
+		case c.reason == "":
+		case len(notes.Dropped) != 1 || notes.Dropped[0].MIME != "text/html" || notes.Dropped[0].Reason != c.reason || notes.Dropped[0].Bytes < 1800:
+			t.Errorf("display[%d] (%s): dropped %+v, want text/html for %q", i, c.plain, notes.Dropped, c.reason)
+		}
+	}
+
+	// cellblock-mcp tells the model what was dropped, how big and why.
+	c := mcpStdio(t, d.Socket, mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	text := mcpText(mcpCall(t, ctx, c, "run_python", map[string]any{"code": code}, nil))
+	for _, line := range []string{
+		"\n[1] text/plain: past the total; the sandbox dropped text/html of 1.8 KiB (past display_total_bytes (3072))\n",
+		"\n[2] text/plain: over the item cap; the sandbox dropped text/html of 2.9 KiB (item over display_item_bytes (2048))\n",
+	} {
+		if !strings.Contains(text, line) {
+			t.Errorf("the text lacks the line %q:\n%s", line, text)
+		}
+	}
+}
+
+// In script mode (the default) too, inputs are bound as globals before the
+// first line runs, are cellblock.inputs, and leave the program's argv and
+// environment alone; a script has no value.
+func TestScriptModeInputs(t *testing.T) {
+	d := daemon(t)
+	res := runOK(t, d, &api.RunRequest{
+		Code: `
+import os, sys
+print(__name__, n + 1, names, cfg["deep"][0], nothing is None, text)
+def uses_global():
+    return n * 2
+print(uses_global())
+import cellblock
+print(cellblock.inputs == {"n": n, "names": names, "cfg": cfg, "nothing": None, "text": text})
+print(sys.argv, sorted(k for k in os.environ if k in ("n", "names", "cfg")))
+n * 100
+`,
+		Args: []string{"a1"},
+		Inputs: map[string]json.RawMessage{
+			"n": json.RawMessage("5"), "names": json.RawMessage(`["a", "b"]`), "cfg": json.RawMessage(`{"deep": [true]}`),
+			"nothing": json.RawMessage("null"), "text": json.RawMessage(`"é ünïcode"`),
+		},
+	})
+	want := "__main__ 6 ['a', 'b'] True True é ünïcode\n10\nTrue\n['/work/main.py', 'a1'] []\n"
+	if res.Stdout != want || res.Value != nil {
+		t.Errorf("stdout %q value %+v stderr %q; want stdout %q and no value", res.Stdout, res.Value, res.Stderr, want)
+	}
+	// Without inputs, the names are not there.
+	res = run(t, d, &api.RunRequest{Code: "print(n)"})
+	if res.ExitCode != 1 || res.Exception == nil || res.Exception.Type != "NameError" {
+		t.Errorf("no inputs: exit %d exception %+v", res.ExitCode, res.Exception)
 	}
 }

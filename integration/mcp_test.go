@@ -659,3 +659,85 @@ func TestMCPSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPCell drives run_python against the real daemon for what a cell
+// gives besides output: inputs bound as globals, the last expression's
+// value, an exception as data, and an HTML display item sent as an
+// embedded text/html resource.
+func TestMCPCell(t *testing.T) {
+	d := daemon(t)
+	for _, tr := range mcpTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			c := tr.connect(t, d.Socket)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+
+			const html = "<table><tr><td>5</td><td>a</td></tr></table>"
+			res := mcpCall(t, ctx, c, "run_python", map[string]any{
+				"code": `
+import cellblock
+class Table:
+    def _repr_html_(self):
+        return "<table><tr><td>%d</td><td>%s</td></tr></table>" % (n, names[0])
+    def __repr__(self):
+        return "<Table of %d>" % n
+cellblock.display(Table())
+print("rows", len(names))
+{"n": n, "names": names, "sum": n + 37}
+`,
+				"inputs": map[string]any{"n": 5, "names": []string{"a", "b"}},
+			}, nil)
+			text := mcpText(res)
+			if res.IsError {
+				t.Fatalf("isError: %s", text)
+			}
+			var r api.Result
+			mcpStructured(t, res, &r)
+			if r.ExitCode != 0 || r.Stdout != "rows 2\n" || r.Value == nil || r.Value.Type != "dict" {
+				t.Fatalf("result = %+v", r)
+			}
+			var value any
+			if err := json.Unmarshal(r.Value.JSON, &value); err != nil || fmt.Sprint(value) != "map[n:5 names:[a b] sum:42]" {
+				t.Errorf("value.json = %s (%v)", r.Value.JSON, err)
+			}
+			if !strings.Contains(text, "--- value of the last expression (dict) ---\n{'n': 5, 'names': ['a', 'b'], 'sum': 42}") {
+				t.Errorf("the text lacks the value:\n%s", text)
+			}
+			if len(r.Display) != 1 || dataText(r.Display[0], "text/html") != html || dataText(r.Display[0], "text/plain") != "<Table of 5>" {
+				t.Fatalf("structured display = %+v", r.Display)
+			}
+			var resources []mcp.TextResourceContents
+			for _, ct := range res.Content {
+				if er, ok := ct.(mcp.EmbeddedResource); ok {
+					if tc, ok := er.Resource.(mcp.TextResourceContents); ok {
+						resources = append(resources, tc)
+					} else {
+						t.Errorf("an embedded resource that is not text: %+v", er.Resource)
+					}
+				}
+			}
+			wantURI := "cellblock://runs/" + r.RunID + "/display/0.html"
+			if len(resources) != 1 || resources[0].MIMEType != "text/html" || resources[0].Text != html || resources[0].URI != wantURI {
+				t.Errorf("embedded resources = %+v, want the table as text/html at %s", resources, wantURI)
+			}
+			if !strings.Contains(text, "[0] text/html, ") || !strings.Contains(text, wantURI) || !strings.Contains(text, "text/plain: <Table of 5>") {
+				t.Errorf("the text does not describe the display item:\n%s", text)
+			}
+
+			res = mcpCall(t, ctx, c, "run_python", map[string]any{"code": "d = {}\nx = 1\nd['missing']\n"}, nil)
+			text = mcpText(res)
+			if !res.IsError {
+				t.Errorf("isError is false for a cell that raised: %s", text)
+			}
+			r = api.Result{}
+			mcpStructured(t, res, &r)
+			if x := r.Exception; r.ExitCode != 1 || x == nil || x.Type != "KeyError" || x.Message != "'missing'" || x.Line == nil || *x.Line != 3 ||
+				!strings.Contains(x.Traceback, "KeyError: 'missing'") {
+				t.Errorf("exit %d exception %+v", r.ExitCode, r.Exception)
+			}
+			if !strings.Contains(text, "exited with status 1: KeyError: 'missing' (line 3") {
+				t.Errorf("the text does not name the exception:\n%s", text)
+			}
+		})
+	}
+}

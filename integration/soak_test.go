@@ -29,8 +29,10 @@ type soakKind struct {
 // the test's pid keeps apart two soaks on one machine.
 var soakMarker = fmt.Sprintf("cellblock-soak-grandchild-%d", os.Getpid())
 
-// soakKinds are a normal run and every bomb of bombs_test.go, with short
-// timeouts so that 300 runs fit in a few minutes.
+// soakKinds are a normal run, every bomb of bombs_test.go, with short
+// timeouts so that 300 runs fit in a few minutes, and programs hostile to
+// the runner in the jail (its channel, cellblock, sys.stdout, reprs,
+// output that is not UTF-8).
 var soakKinds = []soakKind{
 	{"normal", func(i int) *api.RunRequest {
 		return &api.RunRequest{Code: fmt.Sprintf("import sys\nprint(sum(range(%d)))\nprint('e', file=sys.stderr)\nsys.exit(%d)", i, i%3)}
@@ -112,6 +114,99 @@ print("abused")
 	}, func(i int, r *api.Result) error {
 		if r.Error != nil || r.ExitCode != 0 || r.Value == nil || string(r.Value.JSON) != fmt.Sprint(i*2) || len(r.Display) != 1 {
 			return fmt.Errorf("cell %d: exit %d value %+v display %d stderr %q", i, r.ExitCode, r.Value, len(r.Display), r.Stderr)
+		}
+		return nil
+	}},
+	{"replace stdout", func(i int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: fmt.Sprintf("import sys, io\nsys.stdout = io.StringIO()\nprint('lost')\nsys.__stdout__.write('kept %d\\n')\n%d * 2", i, i)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != fmt.Sprintf("kept %d\n", i) || r.Value == nil || string(r.Value.JSON) != fmt.Sprint(i*2) {
+			return fmt.Errorf("sys.stdout replaced: exit %d stdout %q value %+v stderr %q", r.ExitCode, r.Stdout, r.Value, r.Stderr)
+		}
+		return nil
+	}},
+	{"patch cellblock", func(i int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: fmt.Sprintf(`
+import sys, cellblock
+cellblock.display = None
+cellblock._channel = None
+sys.modules["cellblock"] = None
+print("patched")
+raise ValueError("after %d")
+`, i)}
+	}, func(i int, r *api.Result) error {
+		if x := r.Exception; r.Error != nil || r.ExitCode != 1 || r.Stdout != "patched\n" || x == nil || x.Type != "ValueError" || x.Message != fmt.Sprintf("after %d", i) {
+			return fmt.Errorf("cellblock patched: exit %d stdout %q exception %+v stderr %q", r.ExitCode, r.Stdout, x, r.Stderr)
+		}
+		return nil
+	}},
+	{"exit from a thread", func(i int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: fmt.Sprintf("import threading, sys\nt = threading.Thread(target=sys.exit, args=(4,))\nt.start(); t.join()\nprint('main goes on')\n%d", i)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != "main goes on\n" || r.Value == nil || string(r.Value.JSON) != fmt.Sprint(i) {
+			return fmt.Errorf("sys.exit in a thread: exit %d stdout %q value %+v stderr %q", r.ExitCode, r.Stdout, r.Value, r.Stderr)
+		}
+		return nil
+	}},
+	{"os._exit", func(i int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: fmt.Sprintf("import os\nprint('bye', flush=True)\nos._exit(%d)\n1", 3+i%5)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 3+i%5 || r.Stdout != "bye\n" || r.Value != nil || r.Exception != nil {
+			return fmt.Errorf("os._exit(%d): exit %d stdout %q value %+v exception %+v", 3+i%5, r.ExitCode, r.Stdout, r.Value, r.Exception)
+		}
+		return nil
+	}},
+	{"repr raises", func(int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: "class C:\n    def __repr__(self):\n        raise KeyError('k')\nC()"}
+	}, func(_ int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Value == nil || r.Value.Repr != "<repr failed: KeyError: 'k'>" || r.Exception != nil {
+			return fmt.Errorf("a repr that raises: exit %d value %+v exception %+v", r.ExitCode, r.Value, r.Exception)
+		}
+		return nil
+	}},
+	{"huge repr", func(int) *api.RunRequest {
+		return &api.RunRequest{Mode: api.ModeCell, Code: "class Huge:\n    def __repr__(self):\n        return 'y' * (16 << 20)\nHuge()"}
+	}, func(_ int, r *api.Result) error {
+		if v := r.Value; r.Error != nil || r.ExitCode != 0 || v == nil || len(v.Repr) > 4096 || v.JSON != nil ||
+			!strings.HasPrefix(v.Repr, "yyyy") || !strings.HasSuffix(v.Repr, "[cellblock: cut, 16777216 bytes in all]") {
+			return fmt.Errorf("a 16 MiB repr: exit %d value %.200v", r.ExitCode, v)
+		}
+		return nil
+	}},
+	{"non-UTF-8 output", func(i int) *api.RunRequest {
+		return &api.RunRequest{Code: fmt.Sprintf(`
+import sys
+sys.stdout.buffer.write(b"\xff\xfe ok\n")
+print("x\udcffy %d")
+sys.stderr.buffer.write(b"\xc3(\n")
+`, i)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != fmt.Sprintf("\ufffd\ufffd ok\nx\ufffdy %d\n", i) || r.Stderr != "\ufffd(\n" {
+			return fmt.Errorf("non-UTF-8 output: exit %d stdout %q stderr %q", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		return nil
+	}},
+	{"channel flood", func(i int) *api.RunRequest {
+		// A second (at most 256 MiB) of frames the daemon must read and
+		// refuse, garbage and messages of no known type, then the cell's
+		// own value, which must still come through.
+		return &api.RunRequest{Mode: api.ModeCell, Code: findRunnerChannel + fmt.Sprintf(`
+import struct, sys, time
+junk = struct.pack(">I", 65532) + b"\xff" * 65532
+other = b'{"type":"flood","pad":"' + b"z" * 65000 + b'"}'
+other = struct.pack(">I", len(other)) + other
+end, sent = time.monotonic() + 1, 0
+while time.monotonic() < end and sent < 256 << 20:
+    os.write(fd, junk)
+    os.write(fd, other)
+    sent += len(junk) + len(other)
+print("flooded")
+print(sent >> 20, "MiB sent", file=sys.stderr)
+%d * 3
+`, i)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != "flooded\n" || r.Value == nil || string(r.Value.JSON) != fmt.Sprint(i*3) || r.TimedOut {
+			return fmt.Errorf("channel flood: exit %d stdout %q value %+v stderr %q", r.ExitCode, r.Stdout, r.Value, r.Stderr)
 		}
 		return nil
 	}},

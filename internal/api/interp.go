@@ -59,6 +59,32 @@ type DisplayItem struct {
 	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
 }
 
+// DisplayNotesKey is the key of a DisplayItem's Metadata that holds its
+// DisplayNotes.
+const DisplayNotesKey = "cellblock"
+
+// DisplayNotes is what the sandbox says about one display item, under
+// Metadata[DisplayNotesKey].
+type DisplayNotes struct {
+	// Dropped lists the content left out of the item, one entry each.
+	Dropped []Dropped `json:"dropped,omitempty"`
+	// DroppedItems, on the last item of a run's display only, counts the
+	// items dropped whole past the run's caps; the item's text/plain says
+	// so too.
+	DroppedItems int64 `json:"dropped_items,omitempty"`
+}
+
+// Dropped is one piece of content left out of a display item.
+type Dropped struct {
+	// MIME is the MIME type left out ("metadata" for the item's metadata,
+	// "*" for an item that could not be read at all).
+	MIME string `json:"mime"`
+	// Bytes is the size of what was left out, as it was sent.
+	Bytes int64 `json:"bytes"`
+	// Reason says why ("item over display_item_bytes (1048576)").
+	Reason string `json:"reason"`
+}
+
 // identifier is a Python identifier in ASCII (inputs become globals).
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -215,7 +217,7 @@ func (r *displayRenderer) item(i int, d api.DisplayItem, muted bool) {
 		parts = append(parts, "in structuredContent only: "+strings.Join(other, ", "))
 	}
 	if dropped := droppedText(d.Metadata); dropped != "" {
-		parts = append(parts, "the sandbox left out "+dropped)
+		parts = append(parts, "the sandbox dropped "+dropped)
 	}
 	r.out.lines = append(r.out.lines, fmt.Sprintf("[%d] %s", i, strings.Join(parts, "; ")))
 }
@@ -325,33 +327,51 @@ func (r *displayRenderer) text(i int, raw json.RawMessage, mime string) (sent, w
 	return what, ""
 }
 
-// droppedText is what the sandbox said it left out of an item
-// (metadata.cellblock.dropped), briefly.
+// droppedText says what the sandbox left out of an item
+// (metadata.cellblock.dropped, api.DisplayNotes): each MIME type with its
+// size and the reason, at most maxDroppedListed of them. The notes come
+// from the jail: each is cut short and kept on one line.
 func droppedText(meta map[string]json.RawMessage) string {
-	var cb struct {
-		Dropped json.RawMessage `json:"dropped"`
-	}
-	if json.Unmarshal(meta["cellblock"], &cb) != nil || len(cb.Dropped) == 0 || string(cb.Dropped) == "null" {
+	raw, ok := meta[api.DisplayNotesKey]
+	if !ok {
 		return ""
 	}
-	var byMIME map[string]string
-	if json.Unmarshal(cb.Dropped, &byMIME) == nil {
-		var parts []string
-		for mime, why := range byMIME {
-			parts = append(parts, mime+" ("+why+")")
+	var notes api.DisplayNotes
+	if err := json.Unmarshal(raw, &notes); err != nil {
+		return "content it describes in structuredContent's metadata.cellblock"
+	}
+	var parts []string
+	for i, d := range notes.Dropped {
+		if i == maxDroppedListed {
+			parts = append(parts, fmt.Sprintf("and %d more (structuredContent's metadata.cellblock.dropped lists them)", len(notes.Dropped)-i))
+			break
 		}
-		slices.Sort(parts)
-		return strings.Join(parts, ", ")
+		parts = append(parts, fmt.Sprintf("%s of %s (%s)", oneLine(d.MIME, 80), fmtBytes(d.Bytes), oneLine(d.Reason, 200)))
 	}
-	var list []string
-	if json.Unmarshal(cb.Dropped, &list) == nil {
-		return strings.Join(list, ", ")
+	return strings.Join(parts, ", ")
+}
+
+// maxDroppedListed is how many of an item's dropped notes its line lists.
+const maxDroppedListed = 8
+
+// oneLine is s (valid UTF-8, as json.Unmarshal leaves strings) on one
+// line, cut to about max bytes on a rune boundary: control characters
+// become spaces.
+func oneLine(s string, max int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) <= max {
+		return s
 	}
-	s := string(cb.Dropped)
-	if len(s) > inlinePlainBytes {
-		s = s[:inlinePlainBytes] + "..."
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
 	}
-	return strings.ToValidUTF8(s, "")
+	return s[:i] + "..."
 }
 
 func isRaster(mime string) bool { return mime == mimePNG || mime == mimeJPEG }

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
 // tinyPNG is a real 3×2 PNG.
@@ -337,15 +338,16 @@ func TestDisplayCaps(t *testing.T) {
 		name: "JSON, SVG and what the sandbox dropped",
 		items: []api.DisplayItem{
 			item(t, map[string]any{"application/json": json.RawMessage(`{"a":[1,2]}`), "text/plain": "{'a': [1, 2]}"}),
-			{
-				Data:     item(t, map[string]any{"image/svg+xml": "<svg/>", "text/latex": "$x$", "text/plain": "<Circle>"}).Data,
-				Metadata: map[string]json.RawMessage{"cellblock": json.RawMessage(`{"dropped": {"image/png": "over 4 MiB"}}`)},
-			},
+			// As the daemon returns it: the PNG that was not one dropped
+			// by its own Collector.
+			collected(t, runner.DefaultLimits(), `{"type":"display","data":{"image/svg+xml":"<svg/>","text/latex":"$x$","text/plain":"<Circle>","image/png":"`+
+				base64.StdEncoding.EncodeToString([]byte("GIF89a, not a PNG"))+`"}}`)[0],
 		},
 		resources: 1,
 		lines: []string{
 			`[0] application/json, 29 B: sent as the text "display[0] application/json"`,
-			"[1] image/svg+xml, 6 B: sent as the embedded resource cellblock://runs/r-1/display/1.svg; text/plain: <Circle>; in structuredContent only: text/latex; the sandbox left out image/png (over 4 MiB)",
+			"[1] image/svg+xml, 6 B: sent as the embedded resource cellblock://runs/r-1/display/1.svg; text/plain: <Circle>; in structuredContent only: text/latex; " +
+				"the sandbox dropped image/png of 26 B (content does not start with the image/png signature)",
 		},
 	}}
 	for _, tt := range tests {
@@ -394,6 +396,83 @@ func TestDisplayCaps(t *testing.T) {
 			for i, d := range tt.items {
 				if s, ok := d.Data["image/png"]; ok && strings.HasPrefix(string(s), `"(`) {
 					t.Errorf("display[%d] of the daemon's result was changed", i)
+				}
+			}
+		})
+	}
+}
+
+// collected is the display the daemon returns for these runner frames:
+// each goes through the daemon's own Collector (package runner) under
+// limits l, and out as package runs hands a result to the API. Tests of
+// what the sandbox says it dropped build their items so, in the shape the
+// daemon really produces.
+func collected(t *testing.T, l runner.Limits, frames ...string) []api.DisplayItem {
+	t.Helper()
+	c := runner.NewCollector(l)
+	for _, f := range frames {
+		c.Handle([]byte(f))
+	}
+	var items []api.DisplayItem
+	for _, it := range c.Result().Display {
+		items = append(items, api.DisplayItem{Data: it.Data, Metadata: it.Metadata})
+	}
+	return items
+}
+
+// TestDisplayDroppedNotes: what the daemon's Collector says it dropped
+// from an item reaches the model as MIME type, size and reason, on the
+// item's line, however much of it there is and whatever the jail wrote.
+func TestDisplayDroppedNotes(t *testing.T) {
+	small := runner.DefaultLimits()
+	small.DisplayItemBytes = 1024
+	one := runner.DefaultLimits()
+	one.DisplayItems = 1
+	var many []string
+	for i := range 40 {
+		many = append(many, fmt.Sprintf(`{"mime":"x/m%d","bytes":%d,"reason":"runner note %d"}`, i, i, i))
+	}
+	for _, tt := range []struct {
+		name   string
+		items  []api.DisplayItem
+		lines  []string
+		absent []string
+	}{{
+		name:  "item over the cap",
+		items: collected(t, small, `{"type":"display","data":{"text/html":"`+strings.Repeat("h", 2000)+`","text/plain":"<Big>"}}`),
+		lines: []string{"[0] text/plain: <Big>; the sandbox dropped text/html of 2.0 KiB (item over display_item_bytes (1024))"},
+	}, {
+		name: "the runner's own notes, one of them hostile",
+		items: collected(t, runner.DefaultLimits(), `{"type":"display","data":{"text/plain":"<Raises>"},"metadata":{"cellblock":{"dropped":[`+
+			`{"mime":"text/html","bytes":0,"reason":"_repr_html_ raised RuntimeError: no html today"},`+
+			`{"mime":"text/markdown","bytes":5,"reason":"line one\nline two `+strings.Repeat("z", 400)+`"}]}}}`),
+		lines: []string{"[0] text/plain: <Raises>; the sandbox dropped text/html of 0 B (_repr_html_ raised RuntimeError: no html today), " +
+			"text/markdown of 5 B (line one line two " + strings.Repeat("z", 200-len("line one line two ")) + "...)\n"},
+	}, {
+		name:  "more notes than the line lists",
+		items: collected(t, runner.DefaultLimits(), `{"type":"display","data":{"text/plain":"x"},"metadata":{"cellblock":{"dropped":[`+strings.Join(many, ",")+`]}}}`),
+		lines: []string{"x/m7 of 7 B (runner note 7), and 24 more (structuredContent's metadata.cellblock.dropped lists them)\n"},
+	}, {
+		name: "items dropped whole",
+		items: collected(t, one, `{"type":"display","data":{"text/plain":"first"}}`, `{"type":"display","data":{"text/plain":"second"}}`,
+			`{"type":"done","exit_code":0,"display_dropped":3}`),
+		lines:  []string{"[0] text/plain: first\n", "[1] text/plain: [cellblock: 4 more display items dropped"},
+		absent: []string{"the sandbox dropped"},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			if len(tt.items) == 0 {
+				t.Fatal("the Collector kept no item")
+			}
+			// The notes are there, in the shape the API documents.
+			var notes api.DisplayNotes
+			if err := json.Unmarshal(tt.items[0].Metadata[api.DisplayNotesKey], &notes); tt.absent == nil && (err != nil || len(notes.Dropped) == 0) {
+				t.Fatalf("metadata %s does not decode as api.DisplayNotes: %v", tt.items[0].Metadata, err)
+			}
+			text := strings.Join(renderDisplay("r-1", tt.items).lines, "\n") + "\n"
+			mustContain(t, text, tt.lines...)
+			for _, a := range append(tt.absent, `{"`, `"mime"`, `[{`) {
+				if strings.Contains(text, a) {
+					t.Errorf("the text holds %q:\n%s", a, text)
 				}
 			}
 		})

@@ -526,7 +526,7 @@ func resultSchema() map[string]any {
 						},
 						"metadata": map[string]any{
 							"type":                 "object",
-							"description":          "under cellblock.dropped: the MIME types left out of this item and why (over a size cap, not a valid image)",
+							"description":          "under cellblock.dropped: a list of {mime, bytes, reason}, the content the sandbox left out of this item and why (over a size cap, not a valid image); the item keeps its text/plain",
 							"additionalProperties": map[string]any{},
 						},
 					},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -236,7 +237,7 @@ func (c *Collector) value(payload []byte) {
 		return
 	}
 	v := &Value{Type: c.typeName(m.Value.Type, "value"), Repr: c.capField(m.Value.Repr, c.limits.ReprBytes, false, "value.repr")}
-	if j := m.Value.JSON; len(j) > 0 {
+	if j := validText(m.Value.JSON); len(j) > 0 {
 		if ok, why := jsonOK(j, c.limits.JSONBytes); ok {
 			v.JSON = append(json.RawMessage(nil), j...)
 		} else {
@@ -316,7 +317,7 @@ func (c *Collector) display(payload []byte) {
 	plain := ""
 	hasPlain := false
 	for _, mime := range mimes {
-		raw := m.Data[mime]
+		raw := validText(m.Data[mime])
 		if mime == "text/plain" {
 			var s string
 			if json.Unmarshal(raw, &s) == nil {
@@ -384,6 +385,7 @@ func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return md, dropped
 	}
+	raw = validText(raw)
 	if ok, why := jsonOK(raw, MetadataBytes); !ok {
 		return md, append(dropped, Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: why})
 	}
@@ -396,11 +398,13 @@ func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string
 			Dropped []Dropped `json:"dropped"`
 		}
 		if decodeStrict(cb, &notes, true) == nil {
+			var own []Dropped
 			for _, d := range notes.Dropped {
 				if len(d.MIME) <= 255 && len(d.Reason) <= 512 && d.Bytes >= 0 {
-					dropped = append([]Dropped{d}, dropped...)
+					own = append(own, d)
 				}
 			}
+			dropped = append(own, dropped...)
 		}
 	}
 	return md, dropped
@@ -515,6 +519,66 @@ func jsonOK(raw []byte, max int) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// validText returns raw, a JSON value that the Collector keeps as it came,
+// with every escape of a lone surrogate ("\udcff": valid JSON syntax, but
+// strict parsers refuse it and no UTF-8 can hold it) replaced by \ufffd,
+// as encoding/json does in every string the Collector decodes. The
+// daemon's answers are then valid UTF-8 JSON whatever the jail sent: raw
+// is UTF-8 already, since messageType refuses frames that are not. raw is
+// rewritten in one pass, without decoding it, so that a big value costs
+// no more than its copy; what is not JSON is left for the checks to
+// refuse.
+func validText(raw json.RawMessage) json.RawMessage {
+	var out []byte // raw rewritten up to i, once it needs rewriting
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 >= len(raw) {
+			if out != nil {
+				out = append(out, raw[i])
+			}
+			continue
+		}
+		n := 2 // the escape's length: kept as it is, unless 0
+		if raw[i+1] == 'u' {
+			if r, ok := hex4(raw, i+2); ok {
+				n = 6
+				if r >= 0xd800 && r <= 0xdfff {
+					n = 0 // a lone surrogate, unless a high one before a low one
+					if r < 0xdc00 && i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+						if low, ok := hex4(raw, i+8); ok && low >= 0xdc00 && low <= 0xdfff {
+							n = 12
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			if out == nil {
+				out = append(make([]byte, 0, len(raw)), raw[:i]...)
+			}
+			out = append(out, `\ufffd`...)
+			i += 5
+			continue
+		}
+		if out != nil {
+			out = append(out, raw[i:i+n]...)
+		}
+		i += n - 1
+	}
+	if out == nil {
+		return raw
+	}
+	return out
+}
+
+// hex4 reads the 4 hex digits of a \u escape at raw[i:].
+func hex4(raw []byte, i int) (rune, bool) {
+	if i+4 > len(raw) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(raw[i:i+4]), 16, 16)
+	return rune(n), err == nil
 }
 
 // capString cuts s to at most n bytes on a UTF-8 boundary, keeping its

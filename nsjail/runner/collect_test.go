@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -125,6 +127,67 @@ func TestCollectDisplayChecks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The runner's own notes of what it dropped come first, in the order it
+// sent them, then the Collector's.
+func TestCollectDroppedOrder(t *testing.T) {
+	gif := base64.StdEncoding.EncodeToString([]byte("GIF89a"))
+	r := collect(t, DefaultLimits(), `{"type":"display","data":{"image/png":"`+gif+`","text/plain":"x"},"metadata":{"cellblock":{"dropped":[`+
+		`{"mime":"text/html","bytes":1,"reason":"first"},{"mime":"text/markdown","bytes":2,"reason":"second"}]}}}`)
+	var got []string
+	for _, d := range dropped(t, r.Display[0]) {
+		got = append(got, d.MIME)
+	}
+	if strings.Join(got, ",") != "text/html,text/markdown,image/png" {
+		t.Errorf("dropped %v, want the runner's two in order, then image/png", got)
+	}
+}
+
+// Whatever escapes the jail sends, what the Collector keeps encodes as
+// valid UTF-8 JSON with no lone surrogate: a lone surrogate becomes U+FFFD,
+// in the content kept as raw JSON too. A frame that is not UTF-8 is
+// skipped.
+func TestCollectInvalidUTF8(t *testing.T) {
+	const bad = `\udcff\ud800x`
+	r := collect(t, DefaultLimits(),
+		"{\"type\":\"display\",\"data\":{\"text/plain\":\"\xff\"}}",
+		`{"type":"display","data":{"text/plain":"p`+bad+`","text/html":"<b>`+bad+`</b>","application/json":{"k`+bad+`":["`+bad+`",1.50]}},`+
+			`"metadata":{"other":"`+bad+`","cellblock":{"dropped":[{"mime":"text/markdown","bytes":1,"reason":"r`+bad+`"}]}}}`,
+		`{"type":"display","data":{"text/html":"<i>\ud83d\ude00</i>","text/plain":"ok"}}`,
+		`{"type":"value","value":{"type":"T`+bad+`","repr":"r`+bad+`","json":"`+bad+`"}}`,
+		`{"type":"exception","exception":{"type":"E`+bad+`","message":"m`+bad+`","traceback":"t`+bad+`","line":1}}`,
+	)
+	if len(r.Display) != 2 || r.Value == nil || r.Exception == nil || len(r.Notes) != 1 || !strings.Contains(r.Notes[0], "not UTF-8") {
+		t.Fatalf("result %+v", r)
+	}
+	out, err := json.Marshal(struct {
+		Display   []Item
+		Value     *Value
+		Exception *Exception
+	}{r.Display, r.Value, r.Exception})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.Valid(out) {
+		t.Errorf("the result is not valid UTF-8: %q", out)
+	}
+	pairs := regexp.MustCompile(`\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}`)
+	if regexp.MustCompile(`\\u[dD][89a-fA-F]`).Match(pairs.ReplaceAll(out, nil)) {
+		t.Errorf("the result escapes a lone surrogate: %s", out)
+	}
+	if html, _ := r.Display[0].Text("text/html"); html != "<b>\ufffd\ufffdx</b>" {
+		t.Errorf("text/html %q", html)
+	}
+	if got := string(r.Display[0].Data["application/json"]); got != `{"k\ufffd\ufffdx":["\ufffd\ufffdx",1.50]}` {
+		t.Errorf("application/json %s", got)
+	}
+	if raw := string(r.Display[1].Data["text/html"]); raw != `"<i>\ud83d\ude00</i>"` {
+		t.Errorf("a surrogate pair, changed: text/html %s", raw)
+	}
+	if string(r.Value.JSON) != `"\ufffd\ufffdx"` || r.Value.Repr != "r\ufffd\ufffdx" {
+		t.Errorf("value %+v json %s", r.Value, r.Value.JSON)
 	}
 }
 
@@ -392,6 +455,33 @@ func FuzzCollect(f *testing.F) {
 		}
 		if len(r.Notes) > maxNotes+1 {
 			t.Fatalf("%d notes", len(r.Notes))
+		}
+	})
+}
+
+// validText changes no JSON value as encoding/json reads it, keeps valid
+// JSON valid and invalid JSON invalid, and has nothing left to do on its
+// own output.
+func FuzzValidText(f *testing.F) {
+	for _, s := range []string{`"a\udcffb"`, `["\ud83d\ude00","\ud83d",{"\udfff":1}]`, `"\\udcff"`, `"\u00e9\ud800\u0041"`, `"\ud800\ud800\udc00"`, `"\u12"`, `{"a":"\ud800`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !utf8.Valid(raw) {
+			return // messageType refuses such frames before validText sees them
+		}
+		out := validText(raw)
+		if json.Valid(raw) != json.Valid(out) {
+			t.Fatalf("valid %v became %v: %q -> %q", json.Valid(raw), json.Valid(out), raw, out)
+		}
+		if again := validText(out); !bytes.Equal(again, out) {
+			t.Fatalf("not idempotent: %q -> %q -> %q", raw, out, again)
+		}
+		var a, b any
+		if json.Unmarshal(raw, &a) == nil {
+			if err := json.Unmarshal(out, &b); err != nil || !reflect.DeepEqual(a, b) {
+				t.Fatalf("%q reads as %v, %q as %v (%v)", raw, a, out, b, err)
+			}
 		}
 	})
 }

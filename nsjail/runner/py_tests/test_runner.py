@@ -688,6 +688,63 @@ class PreloadTest(unittest.TestCase):
         self.assertEqual(len(r.of("ready")), 1)
 
 
+class NonUTF8Test(unittest.TestCase):
+    """Lone surrogates (what a repr, a message or a display text holds
+    after bytes were decoded with surrogateescape) never reach the channel:
+    every frame is strict UTF-8 JSON with no surrogate escape, the run is
+    not failed, and the text is there with "?" in their place."""
+
+    def run_clean(self, code, mode="cell"):
+        r = h.run(code, mode=mode)
+        self.assertEqual(r.of("<garbage>"), [], r)  # read_frames decodes UTF-8 strictly
+        for f in r.frames:
+            # A surrogate escape in a frame decodes to a lone surrogate,
+            # which does not encode.
+            json.dumps(f, ensure_ascii=False).encode("utf-8")
+        self.assertQuiet(r)
+        return r
+
+    def assertQuiet(self, r):
+        self.assertNotIn(b"_cellblock_runner", r.stderr, r)
+        self.assertNotIn(b"cellblock/_channel", r.stderr, r)
+
+    def test_repr(self):
+        r = self.run_clean("class C:\n    def __repr__(self):\n        return 'a\\udcffb'\nC()")
+        self.assertEqual(r.rc, 0, r)
+        self.assertEqual(r.one("value")["value"]["repr"], "a?b")
+        r = self.run_clean("{'k\\udcff': b'\\xff'.decode('utf-8', 'surrogateescape')}")
+        v = r.one("value")["value"]
+        self.assertEqual(v["json"], {"k?": "?"})
+        self.assertEqual(r.one("done")["exit_code"], 0)
+
+    def test_exception_message(self):
+        for mode in ("cell", "script"):
+            r = self.run_clean("def f():\n    raise ValueError('bad \\udcff here')\nf()", mode=mode)
+            self.assertEqual(r.rc, 1, r)
+            e = r.one("exception")["exception"]
+            self.assertEqual((e["type"], e["message"], e["line"]), ("ValueError", "bad ? here", 2))
+            self.assertTrue(e["traceback"].endswith("ValueError: bad ? here\n"), e["traceback"])
+            # stderr is python's own, which escapes the surrogate.
+            self.assertIn(b"ValueError: bad \\udcff here", r.stderr)
+
+    def test_display_text(self):
+        code = ("import cellblock\nclass D:\n    def __repr__(self):\n        return 't\\udcff'\n"
+                "    def _repr_html_(self):\n        return '<b>\\udcff</b>'\n"
+                "class M:\n    def _repr_mimebundle_(self, include=None, exclude=None):\n"
+                "        return {'text/plain': 'm\\udcff'}, {'note\\udcff': 'v\\udcff'}\n"
+                "cellblock.display(D())\ncellblock.display('s\\udcff')\ncellblock.display(M())\nprint('shown')")
+        r = self.run_clean(code, mode="script")
+        self.assertEqual(r.rc, 0, r)
+        self.assertEqual(r.stdout, b"shown\n")
+        items = r.of("display")
+        self.assertEqual([i["data"] for i in items], [
+            {"text/plain": "t?", "text/html": "<b>?</b>"},
+            {"text/plain": "'s\\udcff'"},  # repr() of a str escapes it already
+            {"text/plain": "m?"},
+        ])
+        self.assertEqual(items[2]["metadata"], {"note?": "v?"})
+
+
 class ReexecTest(unittest.TestCase):
     def test_reexec_same_pid(self):
         env = h.base_env(PYTHONHASHSEED="7", PYTHONDONTWRITEBYTECODE="1")

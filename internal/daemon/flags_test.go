@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/cellblock/cellblock/internal/config"
+)
+
+// The display flags reach the runner's limits of every run: sizes in the
+// flags' syntax, checked by config.Validate, and a frame big enough for
+// the largest item with its JSON escaping, within the runner's bounds.
+func TestDisplayFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args        []string
+		item, total int
+		valid       bool
+	}{
+		{nil, config.DefaultDisplayItemBytes, config.DefaultDisplayTotalBytes, true},
+		{[]string{"--display-item-bytes", "2K", "--display-total-bytes", "3KiB"}, 2 << 10, 3 << 10, true},
+		{[]string{"--display-item-bytes", "1M", "--display-total-bytes", "256M"}, 1 << 20, 256 << 20, true},
+		{[]string{"--display-item-bytes", "256M", "--display-total-bytes", "256M"}, 256 << 20, 256 << 20, true},
+		{[]string{"--display-item-bytes", "512"}, 512, config.DefaultDisplayTotalBytes, false},
+		{[]string{"--display-item-bytes", "4K", "--display-total-bytes", "2K"}, 4 << 10, 2 << 10, false},
+		{[]string{"--display-total-bytes", "1G"}, config.DefaultDisplayItemBytes, 1 << 30, false},
+	} {
+		cfg := config.Default()
+		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		flags(fs, &cfg, new(intList), new(stringList))
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if cfg.DisplayItemBytes != int64(tc.item) || cfg.DisplayTotalBytes != int64(tc.total) {
+			t.Errorf("%q: item %d total %d, want %d and %d", tc.args, cfg.DisplayItemBytes, cfg.DisplayTotalBytes, tc.item, tc.total)
+		}
+		if err := cfg.Validate(); (err == nil) != tc.valid {
+			t.Errorf("%q: Validate: %v, want valid %v", tc.args, err, tc.valid)
+		}
+		if !tc.valid {
+			continue
+		}
+		l := reportLimits(cfg)
+		if l.DisplayItemBytes != tc.item || l.DisplayTotalBytes != tc.total {
+			t.Errorf("%q: the runner's limits carry item %d total %d", tc.args, l.DisplayItemBytes, l.DisplayTotalBytes)
+		}
+		if err := l.Validate(); err != nil {
+			t.Errorf("%q: the runner's limits %+v: %v", tc.args, l, err)
+		}
+		if want := min(6*tc.item, 1<<30); l.FrameBytes < want {
+			t.Errorf("%q: frame_bytes %d, under %d: an item at the cap may not fit a frame", tc.args, l.FrameBytes, want)
+		}
+	}
+	for _, bad := range []string{"lots", "-1K", "1X"} {
+		cfg := config.Default()
+		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		flags(fs, &cfg, new(intList), new(stringList))
+		if err := fs.Parse([]string{"--display-item-bytes", bad}); err == nil {
+			t.Errorf("--display-item-bytes %q parsed as %d", bad, cfg.DisplayItemBytes)
+		}
+	}
+}
