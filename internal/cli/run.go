@@ -47,6 +47,8 @@ Flags:
                        (units of 1024; a plain number is bytes)
   --pids N             most processes and threads at once
   --cpus N             CPU quota in cores: 0.5, 2
+  --tmp SIZE           size of each of /tmp, /work (the working directory)
+                       and /dev/shm: 256M
   --with REQUIREMENT   add a dependency, as in 'uv run --with' (repeatable):
                        --with requests --with 'rich>=13'
   --python VERSION     interpreter to use, by version prefix: 3.12
@@ -97,12 +99,7 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs := inv.newFlagSet("run")
 	fs.Var(&codeValue{o}, "c", "")
 	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
-	fs.Var(sizeValue{&o.req.MemoryBytes}, "memory", "")
-	fs.Var(countValue{&o.req.Pids}, "pids", "")
-	fs.Var(cpusValue{&o.req.CPUs}, "cpus", "")
-	fs.Var(listValue{&o.req.Dependencies}, "with", "")
-	fs.StringVar(&o.req.Python, "python", "", "")
-	fs.Var(envValue{&o.req.Env, inv.lookupEnv}, "env", "")
+	inv.addJailFlags(fs, runJail(&o.req))
 	fs.BoolVar(&o.stdin, "i", false, "")
 	fs.BoolVar(&o.stdin, "stdin", false, "")
 	fs.BoolVar(&o.json, "json", false, "")
@@ -418,6 +415,8 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		what = "--pids"
 	case "cpus":
 		what = "--cpus"
+	case "tmp_bytes":
+		what = "--tmp"
 	}
 	return what + ": " + e.Message
 }
