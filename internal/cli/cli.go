@@ -36,6 +36,7 @@ type command interface {
 // is a new file defining its command type plus its line here.
 var commands = []command{
 	runCmd{},
+	sessionCmd{},
 	envCmd{},
 	infoCmd{},
 	healthCmd{},
