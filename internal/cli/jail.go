@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"strings"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -42,4 +45,38 @@ func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
 	fs.Var(countValue{j.pids}, "pids", "")
 	fs.Var(cpusValue{j.cpus}, "cpus", "")
 	fs.Var(sizeValue{j.tmp}, "tmp", "")
+}
+
+// jailFlagsGiven lists the flags of addJailFlags given on the command
+// line fs parsed, as --NAME, in the order of jailFlagNames.
+func jailFlagsGiven(fs *flag.FlagSet) []string {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var names []string
+	for _, n := range jailFlagNames {
+		if given[n] {
+			names = append(names, "--"+n)
+		}
+	}
+	return names
+}
+
+// checkSessionFlag checks the --session flag of the command line fs
+// parsed, whose value is id: not empty when given, and alone, without the
+// flags that fix a jail. A session's jail was fixed when it was created;
+// the daemon refuses them too, but the command line says so first.
+func checkSessionFlag(fs *flag.FlagSet, id string) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "session" })
+	switch {
+	case !given:
+		return nil
+	case id == "":
+		return errors.New("--session: want a session ID (see 'cellblock session ls')")
+	}
+	if names := jailFlagsGiven(fs); len(names) > 0 {
+		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment "+
+			"and limits are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
+	}
+	return nil
 }

@@ -23,15 +23,16 @@ import (
 type runCmd struct{}
 
 func (runCmd) name() string     { return "run" }
-func (runCmd) synopsis() string { return "run a Python program in a fresh sandbox" }
+func (runCmd) synopsis() string { return "run a Python program in a fresh sandbox or a session" }
 func (runCmd) usage() string {
 	return `Usage:
   cellblock run [flags] FILE.py [ARGS...]
   cellblock run [flags] -c CODE [ARGS...]
   cellblock run [flags] - [ARGS...]            (code on standard input)
 
-Runs a Python program in a fresh sandbox of cellblockd and prints its
-standard output and error as it runs. Flags come before FILE, -c CODE or -;
+Runs a Python program in a fresh sandbox of cellblockd, or in a session's
+interpreter with --session, and prints its standard output and error as
+it runs. Flags come before FILE, -c CODE or -;
 everything after those is the program's sys.argv[1:]. -- ends the flags.
 Unset limits take the daemon's defaults (see 'cellblock info').
 PEP 723 inline metadata (# /// script) in the code is honoured.
@@ -54,6 +55,11 @@ Flags:
   --python VERSION     interpreter to use, by version prefix: 3.12
   --env KEY=VALUE      set a variable for the program (repeatable); a bare
                        KEY copies its value from this environment
+  --session ID         run in that session's interpreter, which keeps its
+                       globals, imports and /work from run to run (see
+                       'cellblock session'); the session fixed --python,
+                       --with, --env, --memory, --pids, --cpus and --tmp
+                       when it was created: they cannot be given here
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -65,8 +71,9 @@ Exit status:
   the program's own exit status, or
   124  the timeout ended the run
   137  the memory limit ended the run
-  125  the run could not be carried out: cellblockd refused it, failed,
-       or could not be reached
+  125  the run could not be carried out: cellblockd refused it (with
+       --session also: no such session, another run in it, or its
+       interpreter lost), failed, or could not be reached
   130  interrupted by Ctrl-C (143 by SIGTERM); the run is stopped
     2  bad command line
   With --json: 0 when the run was carried out, 125 when not.
@@ -100,6 +107,7 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.Var(&codeValue{o}, "c", "")
 	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
 	inv.addJailFlags(fs, runJail(&o.req))
+	fs.StringVar(&o.req.Session, "session", "", "")
 	fs.BoolVar(&o.stdin, "i", false, "")
 	fs.BoolVar(&o.stdin, "stdin", false, "")
 	fs.BoolVar(&o.json, "json", false, "")
@@ -123,6 +131,9 @@ func (inv *invocation) parseRun(args []string) (*runOptions, error) {
 		head, rest = args[:n], args[n:]
 	}
 	if err := fs.Parse(head); err != nil {
+		return nil, err
+	}
+	if err := checkSessionFlag(fs, o.req.Session); err != nil {
 		return nil, err
 	}
 	if o.codeSet {
@@ -309,6 +320,9 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 			n = append(n, "cellblock: killed: out of memory")
 		}
 	}
+	if s := res.Session; s != nil && s.State == api.SessionLost {
+		n = append(n, fmt.Sprintf("cellblock: session %s lost its interpreter: its state is gone, and it refuses runs until deleted (cellblock session rm %s)", s.ID, s.ID))
+	}
 	return n
 }
 
@@ -417,6 +431,8 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		what = "--cpus"
 	case "tmp_bytes":
 		what = "--tmp"
+	case "session":
+		what = "--session"
 	}
 	return what + ": " + e.Message
 }

@@ -239,3 +239,128 @@ func TestFormatAge(t *testing.T) {
 		t.Errorf("formatUntil(-1s) = %q", got)
 	}
 }
+
+func TestRunInSession(t *testing.T) {
+	d := newFakeDaemon(t, func(_ context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
+		if req.Mode == api.ModeCell {
+			return &api.Result{Value: &api.Value{Type: "int", Repr: "42"}}, nil
+		}
+		emit("stdout", "set\n")
+		return &api.Result{Stdout: "set\n"}, nil
+	})
+	id := newSession(t, d, "--with", "pandas")
+
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "-c", "x = 41").check(t, "set\n", "", 0)
+	req, streamed := d.lastRequest(t)
+	if want := (api.RunRequest{Code: "x = 41", Filename: "-c", Session: id}); !reflect.DeepEqual(req, want) || !streamed {
+		t.Errorf("request = %+v (streamed %v), want %+v streamed", req, streamed, want)
+	}
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "--cell", "--timeout", "5s", "-c", "x + 1").check(t, "42\n", "", 0)
+	if req, _ := d.lastRequest(t); req.Session != id || req.Mode != api.ModeCell || req.TimeoutMs != 5000 {
+		t.Errorf("request = %+v", req)
+	}
+
+	// --json: the result says which session, after how many runs.
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session="+id, "--json", "--cell", "-c", "x + 1")
+	var res api.Result
+	if err := json.Unmarshal([]byte(got.stdout), &res); err != nil || got.code != 0 {
+		t.Fatalf("run --json: %+v (%v)", got, err)
+	}
+	if s := res.Session; s == nil || s.ID != id || s.ExecutionCount != 3 || s.State != api.SessionAlive || s.ExpiresAt.IsZero() {
+		t.Errorf("result's session = %+v", res.Session)
+	}
+	if !strings.Contains(got.stdout, `"session":{"id":"`+id+`","execution_count":3,`) {
+		t.Errorf("run --json: %s", got.stdout)
+	}
+}
+
+func TestRunInSessionRefused(t *testing.T) {
+	d := newFakeDaemon(t, func(context.Context, *api.RunRequest, func(string, string)) (*api.Result, error) {
+		t.Error("a refused run reached the executor")
+		return &api.Result{}, nil
+	})
+	id := newSession(t, d)
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--python", "3.12"}, "--python cannot be used with --session"},
+		{[]string{"--with", "pandas"}, "--with cannot be used with --session"},
+		{[]string{"--env", "A=1"}, "--env cannot be used with --session"},
+		// Given, though it sets nothing (UNSET is not in the environment).
+		{[]string{"--env", "UNSET"}, "--env cannot be used with --session"},
+		{[]string{"--memory", "1G"}, "--memory cannot be used with --session"},
+		{[]string{"--pids", "8"}, "--pids cannot be used with --session"},
+		{[]string{"--cpus", "2"}, "--cpus cannot be used with --session"},
+		{[]string{"--tmp", "1G"}, "--tmp cannot be used with --session"},
+		{[]string{"--tmp", "1G", "--python", "3.12", "--memory", "1G"},
+			"--python, --memory, --tmp cannot be used with --session: a session's Python, dependencies, environment and limits are fixed when it is created (cellblock session new --python ...)"},
+	} {
+		args := append([]string{"run", "--socket", d.socket, "--session", id}, tc.flags...)
+		got := runCLI(context.Background(), "", nil, append(args, "-c", "pass")...)
+		if got.code != 2 || got.stdout != "" || !strings.Contains(got.stderr, "cellblock run: "+tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.flags, got.code, got.stdout, got.stderr, tc.want)
+		}
+	}
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", "", "-c", "pass")
+	if got.code != 2 || !strings.Contains(got.stderr, "--session: want a session ID") {
+		t.Errorf("empty --session: %+v", got)
+	}
+}
+
+func TestRunInSessionErrors(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	d := newFakeDaemon(t, nil)
+	d.SetRun(func(_ context.Context, req *api.RunRequest, _ func(string, string)) (*api.Result, error) {
+		switch req.Code {
+		case "block":
+			close(started)
+			<-release
+		case "oom":
+			// The interpreter dies with the run.
+			d.LoseSession(req.Session)
+			return &api.Result{ExitCode: 137, OOMKilled: true, Limits: &api.Limits{MemoryBytes: 64 << 20}}, nil
+		}
+		return &api.Result{}, nil
+	})
+	id := newSession(t, d)
+
+	// Unknown: exit 125 with the daemon's words; --json prints the result.
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", "s-nope", "-c", "pass").check(t, "",
+		`cellblock: session_not_found: session: no session "s-nope": it never existed, has expired or been deleted, ended when cellblockd restarted, or belongs to another user`+"\n", 125)
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", "s-nope", "--json", "-c", "pass")
+	var res api.Result
+	if err := json.Unmarshal([]byte(got.stdout), &res); err != nil || got.code != 125 || res.Error == nil || res.Error.Type != api.ErrSessionNotFound {
+		t.Errorf("run --json in an unknown session: %+v (%v)", got, err)
+	}
+
+	// Busy: a second run while one is in progress is refused at once.
+	done := make(chan cliResult)
+	go func() {
+		done <- runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "-c", "block")
+	}()
+	<-started
+	got = runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "-c", "pass")
+	if got.code != 125 || !strings.Contains(got.stderr, "cellblock: session_busy: session: another run is in progress in session") {
+		t.Errorf("run in a busy session: %+v", got)
+	}
+	close(release)
+	if got := <-done; got.code != 0 {
+		t.Errorf("the blocking run: %+v", got)
+	}
+
+	// Lost by a run: the run's own ending, then what became of the session.
+	runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "-c", "oom").check(t, "",
+		"cellblock: killed: out of memory (limit 64 MiB)\n"+
+			"cellblock: session "+id+" lost its interpreter: its state is gone, and it refuses runs until deleted (cellblock session rm "+id+")\n", 137)
+	// And lost it stays.
+	got = runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--session", id, "-c", "pass")
+	if got.code != 125 || !strings.Contains(got.stderr, "cellblock: session_lost: session:") {
+		t.Errorf("run in a lost session: %+v", got)
+	}
+	got = runCLI(context.Background(), "", nil, "session", "ls", "--socket", d.socket)
+	if !strings.Contains(got.stdout, id+"  lost") {
+		t.Errorf("session ls:\n%s", got.stdout)
+	}
+}
