@@ -115,8 +115,8 @@ func TestSessionListShowRemove(t *testing.T) {
 		t.Fatalf("session ls:\n%s", got.stdout)
 	}
 	for i, want := range [][]string{
-		{a, "alive", "1", "10m", "0 B of 256 MiB", "-"},
-		{b, "alive", "0", "1m", "0 B of 128 MiB", "3.11"},
+		{a, "alive", "1", "0 B of 256 MiB", "-"},
+		{b, "alive", "0", "0 B of 128 MiB", "3.11"},
 	} {
 		row := lines[i+1]
 		for _, w := range want {
@@ -143,7 +143,7 @@ func TestSessionListShowRemove(t *testing.T) {
 	for _, want := range []string{
 		"id            " + a + "\n", "state         alive\n", "runs          1\n", "idle timeout  10m\n",
 		"memory        0 B of 256 MiB\n", "limits        memory 256 MiB, pids 64, cpus 1, tmp 64 MiB\n",
-		"expires", "(in 10m)", "ago)", "variables (2):\n", "x     int        41\n",
+		"expires", "(in ", "ago)", "variables (2):\n", "x     int        41\n",
 		`df    DataFrame     a\n0  1\x1b[2J` + "\n",
 	} {
 		if !strings.Contains(got.stdout, want) {
@@ -362,5 +362,53 @@ func TestRunInSessionErrors(t *testing.T) {
 	got = runCLI(context.Background(), "", nil, "session", "ls", "--socket", d.socket)
 	if !strings.Contains(got.stdout, id+"  lost") {
 		t.Errorf("session ls:\n%s", got.stdout)
+	}
+}
+
+func TestWriteSession(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.Local)
+	s := api.Session{
+		ID: "s-1", State: api.SessionAlive, Busy: true, ExecutionCount: 3,
+		CreatedAt: now.Add(-5 * time.Minute), LastUsedAt: now.Add(-time.Minute), ExpiresAt: now.Add(9*time.Minute + 30*time.Second),
+		IdleTimeoutMs: 600000, OwnerUID: 1000, Python: "3.12.3", MemoryBytes: 40 << 20,
+		Limits:             &api.Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 1, TmpBytes: 64 << 20},
+		Environment:        &api.Environment{Packages: []api.Package{{Name: "pandas", Version: "2.2.3"}, {Name: "numpy", Version: "2.1.0"}}},
+		Variables:          []api.Variable{{Name: "df", Type: "DataFrame", Repr: "   a\n0  1"}, {Name: "x", Type: "int", Repr: "41"}},
+		VariablesTruncated: true,
+	}
+	var out strings.Builder
+	writeSession(&out, &s, now)
+	want := `id            s-1
+state         alive, busy
+runs          3
+python        3.12.3
+created       2025-03-01 11:55:00 (5m ago)
+last used     2025-03-01 11:59:00 (1m ago)
+expires       2025-03-01 12:09:30 (in 9m30s)
+idle timeout  10m
+memory        40 MiB of 256 MiB
+limits        memory 256 MiB, pids 64, cpus 1, tmp 64 MiB
+dependencies  pandas==2.2.3, numpy==2.1.0
+owner         uid 1000
+
+variables (2; more not shown, past the first 200):
+NAME  TYPE       REPR
+df    DataFrame     a\n0  1
+x     int        41
+`
+	if out.String() != want {
+		t.Errorf("writeSession:\n%s\nwant\n%s", out.String(), want)
+	}
+
+	out.Reset()
+	lost := api.Session{ID: "s-2", State: api.SessionLost, ExpiresAt: now.Add(-time.Second), MemoryBytes: 1 << 20}
+	writeSessionList(&out, &api.SessionList{Sessions: []api.Session{s, lost}}, now)
+	want = `ID   STATE        RUNS  EXPIRES IN  MEMORY             PYTHON
+s-1  alive, busy  3     9m30s       40 MiB of 256 MiB  3.12.3
+s-2  lost         0     expired     1 MiB              -
+2 session(s)
+`
+	if out.String() != want {
+		t.Errorf("writeSessionList:\n%s\nwant\n%s", out.String(), want)
 	}
 }
