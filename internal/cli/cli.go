@@ -38,6 +38,7 @@ type command interface {
 var commands = []command{
 	runCmd{},
 	sessionCmd{},
+	replCmd{},
 	envCmd{},
 	infoCmd{},
 	healthCmd{},

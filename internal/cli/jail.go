@@ -47,34 +47,33 @@ func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
 	fs.Var(sizeValue{j.tmp}, "tmp", "")
 }
 
-// jailFlagsGiven lists the flags of addJailFlags given on the command
-// line fs parsed, as --NAME, in the order of jailFlagNames.
-func jailFlagsGiven(fs *flag.FlagSet) []string {
+// flagsGiven lists which of names were given on the command line fs
+// parsed, as --NAME, in the order of names.
+func flagsGiven(fs *flag.FlagSet, names []string) []string {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var names []string
-	for _, n := range jailFlagNames {
+	var list []string
+	for _, n := range names {
 		if given[n] {
-			names = append(names, "--"+n)
+			list = append(list, "--"+n)
 		}
 	}
-	return names
+	return list
 }
 
 // checkSessionFlag checks the --session flag of the command line fs
 // parsed, whose value is id: not empty when given, and alone, without the
-// flags that fix a jail. A session's jail was fixed when it was created;
-// the daemon refuses them too, but the command line says so first.
-func checkSessionFlag(fs *flag.FlagSet, id string) error {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "session" })
-	switch {
-	case !given:
+// flags that fix a jail (fixed, the names of addJailFlags and any more the
+// command has). A session's jail was fixed when it was created; the
+// daemon refuses them too, but the command line says so first.
+func checkSessionFlag(fs *flag.FlagSet, id string, fixed []string) error {
+	if len(flagsGiven(fs, []string{"session"})) == 0 {
 		return nil
-	case id == "":
+	}
+	if id == "" {
 		return errors.New("--session: want a session ID (see 'cellblock session ls')")
 	}
-	if names := jailFlagsGiven(fs); len(names) > 0 {
+	if names := flagsGiven(fs, fixed); len(names) > 0 {
 		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment "+
 			"and limits are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
 	}

@@ -31,6 +31,11 @@ type lineReader interface {
 	readLine(ctx context.Context, interrupts <-chan struct{}, prompt string) (string, error)
 }
 
+var (
+	_ lineReader = (*plainReader)(nil)
+	_ lineReader = (*lineEditor)(nil)
+)
+
 // consoleInput reads r in the background, a chunk at a time.
 type consoleInput struct {
 	chunks chan []byte

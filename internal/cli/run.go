@@ -133,7 +133,7 @@ func (inv *invocation) parseRun(args []string) (*runOptions, error) {
 	if err := fs.Parse(head); err != nil {
 		return nil, err
 	}
-	if err := checkSessionFlag(fs, o.req.Session); err != nil {
+	if err := checkSessionFlag(fs, o.req.Session, jailFlagNames); err != nil {
 		return nil, err
 	}
 	if o.codeSet {
@@ -304,7 +304,7 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 		}
 	}
 	for i, d := range res.Display {
-		n = append(n, "cellblock: "+describeDisplay(i, d))
+		n = append(n, "cellblock: "+describeDisplay(i, d, "--json has the data"))
 	}
 	if res.TimedOut {
 		if ms := pick(limits.TimeoutMs, req.TimeoutMs); ms > 0 {
@@ -694,8 +694,9 @@ func (v inputValue) Set(s string) error {
 }
 
 // describeDisplay is the note for a display item on a terminal, which
-// cannot show it: its text/plain and what else it holds.
-func describeDisplay(i int, d api.DisplayItem) string {
+// cannot show it: its text/plain and what else it holds, and hint, where
+// to get it.
+func describeDisplay(i int, d api.DisplayItem, hint string) string {
 	var text string
 	_ = json.Unmarshal(d.Data["text/plain"], &text)
 	if len(text) > 200 {
@@ -720,5 +721,5 @@ func describeDisplay(i int, d api.DisplayItem) string {
 	if len(kinds) == 0 {
 		return fmt.Sprintf("display[%d]: %s", i, text)
 	}
-	return fmt.Sprintf("display[%d]: %s (%s; --json has the data)", i, text, strings.Join(kinds, "; "))
+	return fmt.Sprintf("display[%d]: %s (%s; %s)", i, text, strings.Join(kinds, "; "), hint)
 }
