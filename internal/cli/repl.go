@@ -106,7 +106,7 @@ func (c replCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	if fs.NArg() > 0 {
 		return inv.usageError(c, "unexpected argument %q", fs.Arg(0))
 	}
-	if err := checkSessionFlag(fs, *id, append(jailFlagNames, "idle-timeout")); err != nil {
+	if err := checkSessionFlag(fs, *id, sessionFlagNames); err != nil {
 		return inv.usageError(c, "%v", err)
 	}
 	if *id == "" {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -90,6 +91,9 @@ func (c sessionCmd) main(ctx context.Context, inv *invocation, args []string) in
 		return inv.usageError(c, "unknown subcommand %q: want new, ls, show or rm", sub)
 	}
 }
+
+// sessionFlagNames are the flags sessionFlags defines.
+var sessionFlagNames = append(slices.Clone(jailFlagNames), "idle-timeout")
 
 // sessionFlags defines the flags of session new (and of repl without
 // --session) on fs, storing into req.
