@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -36,6 +37,8 @@ type command interface {
 // is a new file defining its command type plus its line here.
 var commands = []command{
 	runCmd{},
+	sessionCmd{},
+	replCmd{},
 	envCmd{},
 	infoCmd{},
 	healthCmd{},
@@ -61,6 +64,11 @@ type invocation struct {
 	lookupEnv func(string) (string, bool)
 	// socket is the --socket flag, empty when not given.
 	socket string
+	// takeInterrupts, when set, hands Ctrl-C to an interactive command:
+	// from the call until release, SIGINT no longer cancels the
+	// command's context but is sent on ch (one at most waits there).
+	// Main sets it; tests set their own or none.
+	takeInterrupts func() (ch <-chan struct{}, release func())
 }
 
 // Main runs the cellblock command line. args excludes the program name.
@@ -69,10 +77,11 @@ type invocation struct {
 // SIGINT and SIGTERM cancel the request in flight, which makes the daemon
 // kill the run; a second signal gets the default behaviour.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := withSignals(context.Background())
-	defer stop()
-	inv := &invocation{stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv}
-	return inv.main(ctx, args)
+	sig := watchSignals(context.Background())
+	defer sig.stop()
+	inv := &invocation{stdin: stdin, stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv,
+		takeInterrupts: sig.takeInterrupts}
+	return inv.main(sig.ctx, args)
 }
 
 // interrupted is the cancellation cause when a signal arrived.
@@ -80,25 +89,75 @@ type interrupted struct{ sig os.Signal }
 
 func (e *interrupted) Error() string { return e.sig.String() + " received" }
 
-// withSignals returns a context cancelled with an *interrupted cause on the
-// first SIGINT or SIGTERM.
-func withSignals(parent context.Context) (context.Context, func()) {
+// signals cancels ctx with an *interrupted cause on the first SIGINT or
+// SIGTERM, except for the SIGINTs an interactive command takes for itself
+// (takeInterrupts).
+type signals struct {
+	ctx  context.Context
+	stop func()
+
+	mu sync.Mutex
+	// taken receives SIGINT while a command has taken it; nil otherwise.
+	taken chan struct{}
+}
+
+// watchSignals starts watching for SIGINT and SIGTERM; stop ends it.
+func watchSignals(parent context.Context) *signals {
 	ctx, cancel := context.WithCancelCause(parent)
+	s := &signals{ctx: ctx}
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		select {
-		case s := <-ch:
-			// Restore the default action so that a second
-			// signal ends the client at once.
-			signal.Stop(ch)
-			cancel(&interrupted{sig: s})
-		case <-ctx.Done():
+		for {
+			select {
+			case sig := <-ch:
+				if sig == os.Interrupt && s.handOver() {
+					continue
+				}
+				// Restore the default action so that a second
+				// signal ends the client at once.
+				signal.Stop(ch)
+				cancel(&interrupted{sig: sig})
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
-	return ctx, func() {
+	s.stop = func() {
 		signal.Stop(ch)
 		cancel(nil)
+	}
+	return s
+}
+
+// handOver passes a SIGINT to the command that took it, if one did.
+func (s *signals) handOver() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken == nil {
+		return false
+	}
+	select {
+	case s.taken <- struct{}{}:
+	default: // one is waiting already
+	}
+	return true
+}
+
+// takeInterrupts routes SIGINT to the returned channel instead of
+// cancelling ctx, until release is called.
+func (s *signals) takeInterrupts() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.taken = ch
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.taken == ch {
+			s.taken = nil
+		}
 	}
 }
 

@@ -340,8 +340,9 @@ func TestRunInterrupted(t *testing.T) {
 }
 
 func TestSignalsCancel(t *testing.T) {
-	ctx, stop := withSignals(context.Background())
-	defer stop()
+	sig := watchSignals(context.Background())
+	defer sig.stop()
+	ctx := sig.ctx
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +353,38 @@ func TestSignalsCancel(t *testing.T) {
 	}
 	if got := interruptedStatus(ctx); got != 130 {
 		t.Errorf("status after SIGINT = %d, want 130", got)
+	}
+}
+
+// An interactive command takes SIGINT for itself; SIGTERM still cancels.
+func TestSignalsTaken(t *testing.T) {
+	sig := watchSignals(context.Background())
+	defer sig.stop()
+	ints, release := sig.takeInterrupts()
+	for range 2 {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ints:
+		case <-time.After(5 * time.Second):
+			t.Fatal("SIGINT did not reach the command that took it")
+		}
+	}
+	if sig.ctx.Err() != nil {
+		t.Fatal("a SIGINT taken by the command cancelled the context")
+	}
+	release()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sig.ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not cancel the context")
+	}
+	if got := interruptedStatus(sig.ctx); got != 143 {
+		t.Errorf("status after SIGTERM = %d, want 143", got)
 	}
 }
 

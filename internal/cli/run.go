@@ -23,15 +23,16 @@ import (
 type runCmd struct{}
 
 func (runCmd) name() string     { return "run" }
-func (runCmd) synopsis() string { return "run a Python program in a fresh sandbox" }
+func (runCmd) synopsis() string { return "run a Python program in a fresh sandbox or a session" }
 func (runCmd) usage() string {
 	return `Usage:
   cellblock run [flags] FILE.py [ARGS...]
   cellblock run [flags] -c CODE [ARGS...]
   cellblock run [flags] - [ARGS...]            (code on standard input)
 
-Runs a Python program in a fresh sandbox of cellblockd and prints its
-standard output and error as it runs. Flags come before FILE, -c CODE or -;
+Runs a Python program in a fresh sandbox of cellblockd, or in a session's
+interpreter with --session, and prints its standard output and error as
+it runs. Flags come before FILE, -c CODE or -;
 everything after those is the program's sys.argv[1:]. -- ends the flags.
 Unset limits take the daemon's defaults (see 'cellblock info').
 PEP 723 inline metadata (# /// script) in the code is honoured.
@@ -47,11 +48,18 @@ Flags:
                        (units of 1024; a plain number is bytes)
   --pids N             most processes and threads at once
   --cpus N             CPU quota in cores: 0.5, 2
+  --tmp SIZE           size of each of /tmp, /work (the working directory)
+                       and /dev/shm: 256M
   --with REQUIREMENT   add a dependency, as in 'uv run --with' (repeatable):
                        --with requests --with 'rich>=13'
   --python VERSION     interpreter to use, by version prefix: 3.12
   --env KEY=VALUE      set a variable for the program (repeatable); a bare
                        KEY copies its value from this environment
+  --session ID         run in that session's interpreter, which keeps its
+                       globals, imports and /work from run to run (see
+                       'cellblock session'); the session fixed --python,
+                       --with, --env, --memory, --pids, --cpus and --tmp
+                       when it was created: they cannot be given here
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -63,8 +71,9 @@ Exit status:
   the program's own exit status, or
   124  the timeout ended the run
   137  the memory limit ended the run
-  125  the run could not be carried out: cellblockd refused it, failed,
-       or could not be reached
+  125  the run could not be carried out: cellblockd refused it (with
+       --session also: no such session, another run in it, or its
+       interpreter lost), failed, or could not be reached
   130  interrupted by Ctrl-C (143 by SIGTERM); the run is stopped
     2  bad command line
   With --json: 0 when the run was carried out, 125 when not.
@@ -97,12 +106,8 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs := inv.newFlagSet("run")
 	fs.Var(&codeValue{o}, "c", "")
 	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
-	fs.Var(sizeValue{&o.req.MemoryBytes}, "memory", "")
-	fs.Var(countValue{&o.req.Pids}, "pids", "")
-	fs.Var(cpusValue{&o.req.CPUs}, "cpus", "")
-	fs.Var(listValue{&o.req.Dependencies}, "with", "")
-	fs.StringVar(&o.req.Python, "python", "", "")
-	fs.Var(envValue{&o.req.Env, inv.lookupEnv}, "env", "")
+	inv.addJailFlags(fs, runJail(&o.req))
+	fs.StringVar(&o.req.Session, "session", "", "")
 	fs.BoolVar(&o.stdin, "i", false, "")
 	fs.BoolVar(&o.stdin, "stdin", false, "")
 	fs.BoolVar(&o.json, "json", false, "")
@@ -126,6 +131,9 @@ func (inv *invocation) parseRun(args []string) (*runOptions, error) {
 		head, rest = args[:n], args[n:]
 	}
 	if err := fs.Parse(head); err != nil {
+		return nil, err
+	}
+	if err := checkSessionFlag(fs, o.req.Session, jailFlagNames); err != nil {
 		return nil, err
 	}
 	if o.codeSet {
@@ -296,7 +304,7 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 		}
 	}
 	for i, d := range res.Display {
-		n = append(n, "cellblock: "+describeDisplay(i, d))
+		n = append(n, "cellblock: "+describeDisplay(i, d, "--json has the data"))
 	}
 	if res.TimedOut {
 		if ms := pick(limits.TimeoutMs, req.TimeoutMs); ms > 0 {
@@ -311,6 +319,9 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 		} else {
 			n = append(n, "cellblock: killed: out of memory")
 		}
+	}
+	if s := res.Session; s != nil && s.State == api.SessionLost {
+		n = append(n, fmt.Sprintf("cellblock: session %s lost its interpreter: its state is gone, and it refuses runs until deleted (cellblock session rm %s)", s.ID, s.ID))
 	}
 	return n
 }
@@ -418,6 +429,10 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		what = "--pids"
 	case "cpus":
 		what = "--cpus"
+	case "tmp_bytes":
+		what = "--tmp"
+	case "session":
+		what = "--session"
 	}
 	return what + ": " + e.Message
 }
@@ -679,8 +694,9 @@ func (v inputValue) Set(s string) error {
 }
 
 // describeDisplay is the note for a display item on a terminal, which
-// cannot show it: its text/plain and what else it holds.
-func describeDisplay(i int, d api.DisplayItem) string {
+// cannot show it: its text/plain and what else it holds, and hint, where
+// to get it.
+func describeDisplay(i int, d api.DisplayItem, hint string) string {
 	var text string
 	_ = json.Unmarshal(d.Data["text/plain"], &text)
 	if len(text) > 200 {
@@ -705,5 +721,5 @@ func describeDisplay(i int, d api.DisplayItem) string {
 	if len(kinds) == 0 {
 		return fmt.Sprintf("display[%d]: %s", i, text)
 	}
-	return fmt.Sprintf("display[%d]: %s (%s; --json has the data)", i, text, strings.Join(kinds, "; "))
+	return fmt.Sprintf("display[%d]: %s (%s; %s)", i, text, strings.Join(kinds, "; "), hint)
 }

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// jailFields points at the fields of a request that fix a jail: the
+// interpreter, the dependencies, the environment and the limits that a
+// session sets once for all its runs. cellblock run, session new and repl
+// take the same flags for them, parsed the same way (addJailFlags).
+type jailFields struct {
+	python            *string
+	deps              *[]string
+	env               *map[string]string
+	memory, pids, tmp *int64
+	cpus              *float64
+}
+
+// runJail is the jail of a run request.
+func runJail(r *api.RunRequest) jailFields {
+	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs}
+}
+
+// sessionJail is the jail of a session request.
+func sessionJail(r *api.SessionRequest) jailFields {
+	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs}
+}
+
+// jailFlagNames are the flags addJailFlags defines, as usage lists them.
+var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", "tmp"}
+
+// addJailFlags defines the flags that fix a jail on fs, storing into j.
+func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
+	fs.StringVar(j.python, "python", "", "")
+	fs.Var(listValue{j.deps}, "with", "")
+	fs.Var(envValue{j.env, inv.lookupEnv}, "env", "")
+	fs.Var(sizeValue{j.memory}, "memory", "")
+	fs.Var(countValue{j.pids}, "pids", "")
+	fs.Var(cpusValue{j.cpus}, "cpus", "")
+	fs.Var(sizeValue{j.tmp}, "tmp", "")
+}
+
+// flagsGiven lists which of names were given on the command line fs
+// parsed, as --NAME, in the order of names.
+func flagsGiven(fs *flag.FlagSet, names []string) []string {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var list []string
+	for _, n := range names {
+		if given[n] {
+			list = append(list, "--"+n)
+		}
+	}
+	return list
+}
+
+// checkSessionFlag checks the --session flag of the command line fs
+// parsed, whose value is id: not empty when given, and alone, without the
+// flags that fix a jail (fixed, the names of addJailFlags and any more the
+// command has). A session's jail was fixed when it was created; the
+// daemon refuses them too, but the command line says so first.
+func checkSessionFlag(fs *flag.FlagSet, id string, fixed []string) error {
+	if len(flagsGiven(fs, []string{"session"})) == 0 {
+		return nil
+	}
+	if id == "" {
+		return errors.New("--session: want a session ID (see 'cellblock session ls')")
+	}
+	if names := flagsGiven(fs, fixed); len(names) > 0 {
+		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment "+
+			"and limits are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
+	}
+	return nil
+}
