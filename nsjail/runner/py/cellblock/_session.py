@@ -177,7 +177,8 @@ def _run(ch, g, msg, fds, null, runner):
     try:
         import ast
         import linecache
-        tree = ast.parse(code, filename, "exec")
+        # Not ast.parse, whose frame a syntax error's traceback would show.
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         if mode == "cell" and tree.body and isinstance(tree.body[-1], ast.Expr):
             last = tree.body.pop()
             r.expr = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
