@@ -148,6 +148,15 @@ def _run(ch, g, msg, fds, null, runner):
         runner._fail("malformed session run message")
     ch.set_limits(msg.get("limits"))
     ch.items = ch.total = ch.dropped = 0
+    # What the program's threads printed since the last run waits in the
+    # buffers of sys.stdout and sys.stderr: it goes to /dev/null, as
+    # it would have unbuffered, not into this run's output.
+    for f in (_sys.stdout, _sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
     for i, f in enumerate(fds):
         _os.dup2(f, i)
     _close_all(fds)
