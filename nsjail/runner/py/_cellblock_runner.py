@@ -647,7 +647,10 @@ def _report(r, value, has_value, _dumps=json.dumps):
         try:
             before()
         except BaseException:
-            pass
+            try:
+                before()  # once more: an interrupt cut it short (a session's)
+            except BaseException:
+                pass
     try:
         done = {"type": "done", "exit_code": _exit_code(exc)}
         if ch.dropped:
