@@ -55,10 +55,14 @@ type Session struct {
 // sets. Everything else (interpreter, environment, memory, tasks, CPU,
 // tmp size) is the session's, fixed when it was opened.
 type SessionRun struct {
-	ID       string
-	Mode     string
-	Code     string
-	Filename string // shown in tracebacks; "<cell>" when empty
+	ID   string
+	Mode string
+	Code string
+	// Filename is shown in tracebacks; "<cell N>" when empty, N the
+	// run's number in the session. Each run needs its own: tracebacks
+	// find a frame's source line by it, and a function defined in an
+	// earlier run shows that run's lines.
+	Filename string
 	Inputs   map[string]json.RawMessage
 	Stdin    []byte
 	// Timeout is the run's wall-clock limit; OutputBytes caps each of its
@@ -254,7 +258,7 @@ func (s *Session) Run(ctx context.Context, run *SessionRun, onOutput OutputFunc)
 	seq := s.seq
 	filename := run.Filename
 	if filename == "" {
-		filename = "<cell>"
+		filename = fmt.Sprintf("<cell %d>", seq)
 	}
 	frame, err := runner.EncodeSessionRun(runner.SessionRun{Seq: seq, Mode: run.Mode, Code: run.Code,
 		Filename: filename, Inputs: run.Inputs, Limits: s.limits})

@@ -196,7 +196,30 @@ func (m *Manager) end(e *entry, kind string) {
 		e.opened.Release()
 	}
 	m.cfg.Event(kind)
-	m.cfg.Log.Info("session ended", "session", e.id, "uid", e.owner, "how", kind, "runs", e.count)
+	m.mu.Lock()
+	runs := e.count // a run ending now may still count itself
+	m.mu.Unlock()
+	m.cfg.Log.Info("session ended", "session", e.id, "uid", e.owner, "how", kind, "runs", runs)
+}
+
+// markLost records that e's interpreter is gone; true the first time, when
+// the caller tells of it (lostEvent). Call with m.mu held.
+func (m *Manager) markLost(e *entry) bool {
+	if e.lost {
+		return false
+	}
+	e.lost = true
+	return true
+}
+
+// lostEvent counts and logs e's loss, once (see markLost).
+func (m *Manager) lostEvent(e *entry, runID string, out *nsjail.Outcome) {
+	m.cfg.Event("lost")
+	if out == nil {
+		m.cfg.Log.Info("session lost", "session", e.id, "uid", e.owner, "run", runID)
+		return
+	}
+	m.cfg.Log.Info("session lost", "session", e.id, "uid", e.owner, "run", runID, "timed_out", out.TimedOut, "oom_killed", out.OOMKilled)
 }
 
 // expiresAt is when e ends unless used: its idle timeout after its last
@@ -208,6 +231,17 @@ func (m *Manager) expiresAt(e *entry) time.Time {
 		return life
 	}
 	return idle
+}
+
+// expiry says why e has expired at now, for its owner; "" if it has not.
+func (m *Manager) expiry(e *entry, now time.Time) string {
+	if !now.After(m.expiresAt(e)) {
+		return ""
+	}
+	if !now.Before(e.created.Add(m.cfg.MaxLifetime)) {
+		return fmt.Sprintf("it reached the longest a session may live (%v)", m.cfg.MaxLifetime)
+	}
+	return fmt.Sprintf("it expired after %v without a run", e.idle)
 }
 
 // CreateSession implements server.SessionManager.
@@ -342,16 +376,22 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		m.mu.Unlock()
 		return nil, aerr
 	}
-	switch {
-	case e.lost || e.opened.Interp.Lost():
-		e.lost = true
+	if e.lost || e.opened.Interp.Lost() {
+		// Lost between runs (or in one): noticed now, if not before.
+		first := m.markLost(e)
 		m.mu.Unlock()
+		if first {
+			m.lostEvent(e, runID, nil)
+		}
 		return nil, api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter (out of memory, killed after a timeout, or the process exited): its variables are gone; delete it and create another", e.id)
-	case e.busy:
+	}
+	if e.busy {
 		m.mu.Unlock()
 		return nil, api.Errorf(api.ErrSessionBusy, "session", "another run is in progress in session %q; a session runs one at a time", e.id)
-	case time.Now().After(m.expiresAt(e)):
-		m.bury(e, "it expired")
+	}
+	if why := m.expiry(e, time.Now()); why != "" {
+		// Before the reaper came by: told as it would tell.
+		m.bury(e, why)
 		m.mu.Unlock()
 		m.end(e, "expired")
 		return nil, m.notFoundLocked(caller, req.Session)
@@ -376,44 +416,66 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.busy = false
 	e.cancelRun = nil
 	e.lastUsed = time.Now().UTC()
-	deleted := m.sessions[e.id] != e
-	var res *api.Result
-	if err == nil {
+	if m.sessions[e.id] != e {
+		// Deleted (or the daemon stopping) while the run was in progress
+		// or about to start: it closed the interpreter, whatever Run saw
+		// first (its ctx, the interpreter killed, or already lost).
+		why := "it ended"
+		if t, ok := m.ended[e.id]; ok {
+			why = t.why
+		}
+		aerr := api.SessionNotFound(e.id, why+" while this run was in progress")
+		if err != nil {
+			m.mu.Unlock()
+			return nil, aerr
+		}
 		e.count++
-		if out.Lost {
-			e.lost = true
+		res := m.sessionResult(e, out, l)
+		res.Session.State = api.SessionLost
+		if out.Canceled || out.Lost {
+			res.Error = aerr // else it ran to its end just before
 		}
-		res = m.cfg.Result(out)
-		// The session's limits, with the run's own timeout and output cap.
-		limits := e.limits
-		limits.TimeoutMs, limits.OutputBytes = l.TimeoutMs, l.OutputBytes
-		res.Limits = &limits
-		res.Python = e.opened.Python
-		res.Environment = e.opened.Environment
-		st := api.SessionAlive
-		if e.lost {
-			st = api.SessionLost
-		}
-		res.Session = &api.SessionState{ID: e.id, ExecutionCount: e.count, State: st, ExpiresAt: m.expiresAt(e)}
-		if deleted {
-			res.Session.State = api.SessionLost
-		}
+		m.mu.Unlock()
+		return res, nil
 	}
-	m.mu.Unlock()
-	switch {
-	case errors.Is(err, nsjail.ErrSessionLost):
+	if errors.Is(err, nsjail.ErrSessionLost) {
+		first := m.markLost(e)
+		m.mu.Unlock()
+		if first {
+			m.lostEvent(e, runID, nil)
+		}
 		return nil, api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: its variables are gone; delete it and create another", e.id)
-	case err != nil:
+	}
+	if err != nil {
+		m.mu.Unlock()
 		return nil, err
 	}
-	if out.Lost && !deleted {
-		m.cfg.Event("lost")
-		m.cfg.Log.Info("session lost", "session", e.id, "uid", e.owner, "run", runID, "timed_out", out.TimedOut, "oom_killed", out.OOMKilled)
-	}
-	if out.Canceled && ctx.Err() != nil && deleted {
-		res.Error = api.SessionNotFound(e.id, "it was deleted while this run was in progress")
+	e.count++
+	first := out.Lost && m.markLost(e)
+	res := m.sessionResult(e, out, l)
+	m.mu.Unlock()
+	if first {
+		m.lostEvent(e, runID, out)
 	}
 	return res, nil
+}
+
+// sessionResult is the result of a run in e that ended in out, under the
+// run's limits l. Call with m.mu held.
+func (m *Manager) sessionResult(e *entry, out *nsjail.Outcome, l api.Limits) *api.Result {
+	res := m.cfg.Result(out)
+	// The session's limits, with the run's own timeout and output cap.
+	limits := e.limits
+	limits.TimeoutMs, limits.OutputBytes = l.TimeoutMs, l.OutputBytes
+	res.Limits = &limits
+	res.Python = e.opened.Python
+	res.Environment = e.opened.Environment
+	st := api.SessionAlive
+	if e.lost {
+		st = api.SessionLost
+	}
+	res.Session = &api.SessionState{ID: e.id, ExecutionCount: e.count, State: st, ExpiresAt: m.expiresAt(e)}
+	return res
 }
 
 // notFoundLocked is notFound, taking m.mu.
@@ -443,11 +505,10 @@ func (m *Manager) expire(now time.Time) {
 	var gone []*entry
 	m.mu.Lock()
 	for _, e := range m.sessions {
-		if !e.busy && now.After(m.expiresAt(e)) {
-			why := fmt.Sprintf("it expired after %v without a run", e.idle)
-			if !now.Before(e.created.Add(m.cfg.MaxLifetime)) {
-				why = fmt.Sprintf("it reached the longest a session may live (%v)", m.cfg.MaxLifetime)
-			}
+		if e.busy {
+			continue
+		}
+		if why := m.expiry(e, now); why != "" {
 			m.bury(e, why)
 			gone = append(gone, e)
 		}
@@ -494,7 +555,9 @@ func (m *Manager) Close() {
 			e.cancelRun()
 		}
 	}
-	m.sessions = map[string]*entry{}
+	for _, e := range all {
+		m.bury(e, "cellblockd was shutting down")
+	}
 	m.mu.Unlock()
 	close(m.stop)
 	<-m.done

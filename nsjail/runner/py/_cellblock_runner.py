@@ -534,7 +534,9 @@ def _setup():
     try:
         if mode == "cell":
             import ast
-            tree = ast.parse(source, filename, "exec")
+            # compile, not ast.parse: a syntax error's traceback then has
+            # no frame of ast.py, as python shows none for its own.
+            tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = tree.body.pop()
                 r.expr = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
@@ -645,7 +647,10 @@ def _report(r, value, has_value, _dumps=json.dumps):
         try:
             before()
         except BaseException:
-            pass
+            try:
+                before()  # once more: an interrupt cut it short (a session's)
+            except BaseException:
+                pass
     try:
         done = {"type": "done", "exit_code": _exit_code(exc)}
         if ch.dropped:

@@ -380,6 +380,11 @@ class CellTest(unittest.TestCase):
         self.assertEqual(e["line"], 1)
         self.assertNotIn(b"_cellblock_runner", r.stderr)
         self.assertEqual(r.rc, 1)
+        # As python shows it: no traceback, no frame of ast.py.
+        self.assertNotIn("Traceback", e["traceback"])
+        self.assertNotIn(b"Traceback", r.stderr)
+        self.assertNotIn(b"ast.py", r.stderr)
+        self.assertTrue(r.stderr.startswith(b'  File "<string>", line 1\n'), r)
 
     def test_sys_exit(self):
         r = h.run("import sys\nsys.exit(5)\n3", mode="cell")

@@ -9,7 +9,9 @@
 import binascii as _binascii
 import json as _json
 import os as _os
+import _signal
 from _thread import RLock as _RLock
+from _thread import get_ident as _get_ident
 
 # The caps in force until the run message says otherwise; the same values
 # as the Go package's DefaultLimits, with frame_bytes at its pre-run value.
@@ -173,6 +175,11 @@ class Channel:
         self.lock = _RLock()
         self.sending = False
         self.pending = []
+        # Set in a session (see send_raw): SIGINT does not cut the main
+        # thread's frames.
+        self.hold_interrupts = False
+        self.main = _get_ident()
+        self.held = False
         self.limits = dict(DEFAULT_LIMITS)
         # Display accounting for the run.
         self.items = 0
@@ -194,8 +201,13 @@ class Channel:
             return False
         return self.send_raw(data)
 
-    def send_raw(self, text, _getpid=_os.getpid):
-        """Send text, one JSON object already encoded, as one frame."""
+    def send_raw(self, text, _getpid=_os.getpid, _ident=_get_ident, _getsignal=_signal.getsignal,
+                 _setsignal=_signal.signal, _SIGINT=_signal.SIGINT, _default=_signal.default_int_handler):
+        """Send text, one JSON object already encoded, as one frame.
+
+        With hold_interrupts set (a session, whose channel must outlive
+        its runs), SIGINT is held while the main thread writes, and its
+        KeyboardInterrupt raised once the frame is whole."""
         try:
             if self.dead or _getpid() != self.pid:
                 return False
@@ -205,27 +217,48 @@ class Channel:
             frame = len(data).to_bytes(4, "big") + data
         except Exception:
             return False
+        ok = True
+        held = False
         with self.lock:
             if self.sending:
                 # A signal handler sending while this thread is mid-frame:
                 # the outer send writes it after its own frame.
                 self.pending.append(frame)
                 return True
-            self.sending = True
+            hold = False
             try:
+                if self.hold_interrupts and _ident() == self.main and _getsignal(_SIGINT) is _default:
+                    self.held = False
+                    _setsignal(_SIGINT, self._hold)
+                    hold = True
+                # Set in the try: an interrupt before any of the frame is
+                # written leaves the channel as it was.
+                self.sending = True
                 self._write(frame)
                 while self.pending and not self.dead:
                     self._write(self.pending.pop(0))
             except Exception:
-                self.dead = True
-                return False
+                if self.sending:
+                    self.dead = True
+                ok = False
             except BaseException:
-                # Interrupted mid-frame: the stream can no longer be framed.
-                self.dead = True
+                if self.sending:
+                    # Interrupted mid-frame: the stream can no longer be
+                    # framed.
+                    self.dead = True
                 raise
             finally:
                 self.sending = False
-        return True
+                if hold:
+                    _setsignal(_SIGINT, _default)
+                    held, self.held = self.held, False
+        if held:
+            raise KeyboardInterrupt
+        return ok
+
+    def _hold(self, signum, frame):
+        """SIGINT's handler while the main thread writes a frame."""
+        self.held = True
 
     def _write(self, frame, _write=_os.write, _fstat=_os.fstat, _setb=_os.set_blocking):
         st = _fstat(self.fd)

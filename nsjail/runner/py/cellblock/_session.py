@@ -6,7 +6,15 @@
 # (SCM_RIGHTS): the run's standard input, output and error, which this
 # module puts on 0, 1 and 2 for the run and replaces with /dev/null after
 # it, so that each run's output is its own and ends when the run does.
+#
+# SIGINT (the daemon's interrupt of a run out of time, or cancelled) is a
+# KeyboardInterrupt only while the run's code runs, as python's own handler
+# raises it; one that comes before the code starts is raised as it starts.
+# While the runner sets a run up or ends it, and between runs, it is
+# ignored: it would stop only the runner, and lose the session. Frames are
+# never cut by it (Channel.hold_interrupts).
 
+import _signal
 import array as _array
 import os as _os
 import socket as _socket
@@ -24,6 +32,36 @@ VARIABLE_REPR = 120
 _PLAIN = (int, float, complex, bool, type(None))
 # Builtin containers: shown by length, without touching their items.
 _SIZED = (list, tuple, dict, set, frozenset, bytearray)
+
+_SIGINT = _signal.SIGINT
+_default_int = _signal.default_int_handler
+# run: a run message came and its code has not started; pending: SIGINT
+# came meanwhile.
+_interrupt = {"run": False, "pending": False}
+
+
+def _on_sigint(signum, frame, _s=_interrupt):
+    """SIGINT's handler outside the code: remembered for a run about to
+    start, else ignored."""
+    if _s["run"]:
+        _s["pending"] = True
+
+
+def _arm(on, _s=_interrupt, _get=_signal.getsignal, _set=_signal.signal):
+    """Let SIGINT raise KeyboardInterrupt (on), or not. A handler the
+    program installed is left as it is."""
+    h = _get(_SIGINT)
+    if on:
+        if h is _on_sigint:
+            _set(_SIGINT, _default_int)
+        _s["run"] = False
+        if _s["pending"]:
+            _s["pending"] = False
+            raise KeyboardInterrupt
+    else:
+        _s["run"] = _s["pending"] = False
+        if h is _default_int:
+            _set(_SIGINT, _on_sigint)
 
 
 def serve(ch, fd, runner):
@@ -45,6 +83,8 @@ def serve(ch, fd, runner):
     null = _os.open(_os.devnull, _os.O_RDWR | _os.O_CLOEXEC)
     for i in (0, 1, 2):
         _os.dup2(null, i)
+    ch.hold_interrupts = True
+    _arm(False)
     ch.send({"type": "idle"})
     while True:
         try:
@@ -62,8 +102,10 @@ def serve(ch, fd, runner):
         try:
             _run(ch, g, msg, fds, null, runner)
         except BaseException:
-            # An interrupt outside the code's own try: the run is over.
+            # An interrupt (of a handler the program installed) while the
+            # run was set up: the run is over.
             try:
+                _arm(False)
                 ch.send({"type": "done", "exit_code": 130})
             except BaseException:
                 pass
@@ -137,6 +179,7 @@ def _close_all(fds):
 
 def _run(ch, g, msg, fds, null, runner):
     """Carry out one run message in g."""
+    _interrupt["run"] = True
     seq = msg.get("seq")
     mode = msg.get("mode", "cell")
     code = msg.get("code")
@@ -148,6 +191,15 @@ def _run(ch, g, msg, fds, null, runner):
         runner._fail("malformed session run message")
     ch.set_limits(msg.get("limits"))
     ch.items = ch.total = ch.dropped = 0
+    # What the program's threads printed since the last run waits in the
+    # buffers of sys.stdout and sys.stderr: it goes to /dev/null, as
+    # it would have unbuffered, not into this run's output.
+    for f in (_sys.stdout, _sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
     for i, f in enumerate(fds):
         _os.dup2(f, i)
     _close_all(fds)
@@ -170,26 +222,39 @@ def _run(ch, g, msg, fds, null, runner):
     r.limits = dict(ch.limits)
     r.filename = filename
     r.globals = g
-    r.before_done = lambda: _after(ch, g, null, seq)
+    ended = []
+
+    def end():
+        """The run's end, once however often called: no more interrupts,
+        its descriptors given up, its variables reported."""
+        _arm(False)
+        if not ended:
+            ended.append(True)
+            _after(ch, g, null, seq)
+    r.before_done = end
 
     ch.send({"type": "started", "seq": seq})
     value, has_value = None, False
     try:
-        import ast
-        import linecache
-        tree = ast.parse(code, filename, "exec")
-        if mode == "cell" and tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = tree.body.pop()
-            r.expr = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
-        r.code = compile(tree, filename, "exec", dont_inherit=True)
-        # Tracebacks show the cell's lines, as IPython's do.
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        exec(r.code, g)
-        if r.expr is not None:
-            value, has_value = eval(r.expr, g), True
-    except BaseException as e:
-        r.exc = e
-    try:
+        try:
+            import ast
+            import linecache
+            # Not ast.parse, whose frame a syntax error's traceback would show.
+            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            if mode == "cell" and tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = tree.body.pop()
+                r.expr = compile(ast.Expression(last.value), filename, "eval", dont_inherit=True)
+            r.code = compile(tree, filename, "exec", dont_inherit=True)
+            # Tracebacks show the cell's lines, as IPython's do.
+            linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+            _arm(True)
+            exec(r.code, g)
+            if r.expr is not None:
+                value, has_value = eval(r.expr, g), True
+        except BaseException as e:
+            r.exc = e
+        # Still interruptible: the exception's str and the value's reprs
+        # are the program's code. end() (from _report) stops that.
         if r.exc is not None:
             e = r.exc
             e.__traceback__ = _strip(e.__traceback__)
@@ -197,12 +262,18 @@ def _run(ch, g, msg, fds, null, runner):
                 _sys.last_type, _sys.last_value, _sys.last_traceback = type(e), e, e.__traceback__
                 import traceback
                 traceback.print_exception(type(e), e, e.__traceback__)
+            e = None
         runner._report(r, value, has_value)
     except BaseException:
-        # An interrupt in the middle of reporting: the daemon ends the run
-        # by its timeout, and the interpreter lives on.
+        # An interrupt while the program's repr or str ran: the run ends
+        # here, and the interpreter lives on.
+        for _ in (1, 2):
+            try:
+                end()
+                break
+            except BaseException:
+                pass
         try:
-            r.before_done = None
             ch.send({"type": "done", "exit_code": 130})
         except BaseException:
             pass
