@@ -302,8 +302,8 @@ func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *a
 	return info, nil
 }
 
-// describe is e as the API shows it; vars adds its variables. Call with
-// m.mu held.
+// describe is e as the API shows it, with the memory it holds now; vars
+// adds its variables. Call with m.mu held.
 func (m *Manager) describe(e *entry, vars bool) *api.Session {
 	l := e.limits
 	s := &api.Session{
@@ -315,8 +315,8 @@ func (m *Manager) describe(e *entry, vars bool) *api.Session {
 	if e.lost || e.opened.Interp.Lost() {
 		s.State = api.SessionLost
 	}
+	s.MemoryBytes = e.opened.Interp.MemoryUsage()
 	if vars {
-		s.MemoryBytes = e.opened.Interp.MemoryUsage()
 		vs, more := e.opened.Interp.Variables()
 		for _, v := range vs {
 			s.Variables = append(s.Variables, api.Variable{Name: v.Name, Type: v.Type, Repr: v.Repr})
