@@ -36,10 +36,11 @@ func pythons() []string {
 	return out
 }
 
-// TestPythonSuite runs py_tests/test_runner.py (unittest) with every
-// CPython found: the runner is started as the jail's init will start it,
-// with a socketpair as its channel, and script mode is compared with plain
-// python. With -short, only the first Python found.
+// TestPythonSuite runs py_tests/test_runner.py and test_session.py
+// (unittest) with every CPython found: the runner is started as the jail's
+// init will start it, with a socketpair as its channel; script mode is
+// compared with plain python, and session mode gets its runs' descriptors
+// as the daemon sends them. With -short, only the first Python found.
 func TestPythonSuite(t *testing.T) {
 	found := pythons()
 	if len(found) == 0 {
@@ -56,7 +57,7 @@ func TestPythonSuite(t *testing.T) {
 		name := strings.TrimPrefix(py, "/")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(py, "-B", "-m", "unittest", "test_runner")
+			cmd := exec.Command(py, "-B", "-m", "unittest", "test_runner", "test_session")
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 			out, err := cmd.CombinedOutput()
