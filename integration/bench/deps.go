@@ -41,7 +41,7 @@ func benchWheelhouse(tmp string) (string, error) {
 	}
 	return dir, writeBenchWheel(dir, "cbpre", map[string]string{
 		"cbpre/__init__.py": "import decimal, fractions, statistics, difflib, csv\n\n" +
-			"def answer():\n    return int(statistics.median([fractions.Fraction(84, 2), decimal.Decimal(42)]))\n",
+			"def answer():\n    return int(statistics.median([float(fractions.Fraction(84, 2)), float(decimal.Decimal(42))]))\n",
 	})
 }
 
