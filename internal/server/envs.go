@@ -46,16 +46,11 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 			writeError(w, aerr)
 			return
 		}
-		if !s.enter() {
-			writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		ctx, end, ok := s.begin(w, r)
+		if !ok {
 			return
 		}
-		defer s.inflight.Done()
-		// A build ends when the caller goes away or shutdown kills runs.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		stop := context.AfterFunc(s.runs, cancel)
-		defer stop()
+		defer end()
 		res, err := em.BuildEnv(ctx, &req)
 		s.writeReply(w, r, res, err)
 	})
@@ -67,6 +62,25 @@ func (s *Server) registerEnvs(mux *http.ServeMux) {
 		res, err := em.PruneEnvs(r.Context())
 		s.writeReply(w, r, res, err)
 	})
+}
+
+// begin counts a request that builds something (an environment, a
+// session's jail) as in flight and returns its context, which ends when
+// the caller goes away or shutdown kills runs, and the function that ends
+// the request. Once draining has begun it answers unavailable and
+// reports false.
+func (s *Server) begin(w http.ResponseWriter, r *http.Request) (ctx context.Context, end func(), ok bool) {
+	if !s.enter() {
+		writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(s.runs, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		s.inflight.Done()
+	}, true
 }
 
 // writeReply answers r with v, or with the error's class and status.

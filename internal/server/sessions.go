@@ -58,18 +58,13 @@ func (s *Server) registerSessions(mux *http.ServeMux) {
 			writeError(w, aerr)
 			return
 		}
-		if !s.enter() {
-			writeError(w, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		// Building the session's jail ends with the request; the session
+		// outlives it.
+		ctx, end, ok := s.begin(w, r)
+		if !ok {
 			return
 		}
-		defer s.inflight.Done()
-		// Building the session's jail (and environment) ends when the
-		// caller goes away or shutdown kills runs; the session itself
-		// outlives the request.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		stop := context.AfterFunc(s.runs, cancel)
-		defer stop()
+		defer end()
 		sess, err := sm.CreateSession(ctx, peer, &req, limits)
 		s.writeReply(w, r, sess, err)
 	})

@@ -312,6 +312,21 @@ def _str_dict(v):
     return type(v) is dict and all(type(k) is str and type(x) is str for k, x in v.items())
 
 
+def _enter(ch, fd, raw, run_fd, env, startup_env):
+    """Take env (with MPLBACKEND unless it sets one) as the process's,
+    re-executing first when it changes a start-up variable (the message,
+    raw, goes along; run_fd is set in the re-executed runner), and guard
+    the channel from forked children."""
+    env = dict(env)
+    if "MPLBACKEND" not in env:
+        env["MPLBACKEND"] = MPL_BACKEND
+    if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
+        _reexec(fd, raw, env)
+    _apply_env(env)
+    _guard_fork(ch)
+    _channel.channel = ch
+
+
 def _apply_env(env):
     """Make env the process's environment."""
     if list(env.items()) != list(os.environ.items()):
@@ -400,14 +415,7 @@ def _setup():
         if not _str_dict(env):
             _fail("malformed session message")
         ch.set_limits(msg.get("limits"))
-        env = dict(env)
-        if "MPLBACKEND" not in env:
-            env["MPLBACKEND"] = MPL_BACKEND
-        if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
-            _reexec(fd, raw, env)
-        _apply_env(env)
-        _guard_fork(ch)
-        _channel.channel = ch
+        _enter(ch, fd, raw, run_fd, env, startup_env)
         return _SessionStart(ch, fd)
 
     mode = msg.get("mode", "script")
@@ -429,14 +437,7 @@ def _setup():
             os.close(null)
         except OSError:
             pass
-    env = dict(env)
-    if "MPLBACKEND" not in env:
-        env["MPLBACKEND"] = MPL_BACKEND
-    if run_fd is None and _startup_vars(env) != _startup_vars(startup_env):
-        _reexec(fd, raw, env)
-    _apply_env(env)
-    _guard_fork(ch)
-    _channel.channel = ch
+    _enter(ch, fd, raw, run_fd, env, startup_env)
 
     r = _Run()
     r.before_done = None
