@@ -556,7 +556,7 @@ func TestMCPNoDaemon(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			tools, err := c.ListTools(ctx, mcp.ListToolsRequest{})
-			if err != nil || len(tools.Tools) != 3 {
+			if err != nil || len(tools.Tools) != 4 {
 				t.Fatalf("list tools: %v %v", tools, err)
 			}
 			res := mcpCall(t, ctx, c, "run_python", map[string]any{"code": "print(1)"}, nil)
