@@ -342,3 +342,43 @@ func TestSessionLimits(t *testing.T) {
 		t.Errorf("the log does not record sessions")
 	}
 }
+
+// A session's code that floods the runner's channel between runs with
+// large frames does not make the daemon hold them: frames nobody waits
+// for are read and dropped, and the session's next run works.
+func TestSessionFloodBetweenRuns(t *testing.T) {
+	d := startDaemon(t)
+	s := newSession(t, d, &api.SessionRequest{MemoryBytes: 512 << 20})
+	before := procStatus(t, d.Cmd.Process.Pid, "VmRSS")
+	// 96 frames of 8 MiB each (under the run's frame cap), from a thread
+	// that starts once the run is over.
+	// Whole frames, through the runner's own channel object, so that
+	// they never cut into a frame of the runner's.
+	flood := `
+import threading, time
+from cellblock import _channel
+def flood(ch=_channel.channel):
+    time.sleep(0.5)
+    junk = 'x' * (8 << 20)
+    for _ in range(96):
+        ch.send_raw(junk)
+    open('/work/flooded', 'w').write('done')
+threading.Thread(target=flood, daemon=True).start()
+'started'`
+	if res := inSession(t, d, s.ID, flood); res.Value == nil || res.Value.Repr != "'started'" {
+		t.Fatalf("flooding run: %+v", res)
+	}
+	if !waitFor(60*time.Second, func() bool {
+		res := inSession(t, d, s.ID, "import os\nos.path.exists('/work/flooded')")
+		return res.Value != nil && res.Value.Repr == "True"
+	}) {
+		t.Fatal("the flood did not finish")
+	}
+	if res := inSession(t, d, s.ID, "1 + 1"); res.Value == nil || res.Value.Repr != "2" || res.Session.State != api.SessionAlive {
+		t.Errorf("the run after the flood: %+v", res)
+	}
+	hwm := procStatus(t, d.Cmd.Process.Pid, "VmHWM")
+	if grew := hwm - before; grew > 128<<20 {
+		t.Errorf("the daemon's peak RSS grew by %d MiB while a session flooded its channel with 768 MiB", grew>>20)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,8 +29,10 @@ const (
 	// sessionOutputGrace bounds the wait for a run's output after its
 	// done: a process it left running may hold the pipes open.
 	sessionOutputGrace = 500 * time.Millisecond
-	// sessionFrames is how many of the runner's frames wait for a reader.
-	sessionFrames = 64
+	// sessionFrames is how many of the runner's frames wait for a reader
+	// while a run is awaited: each up to the run's frame_bytes, so the
+	// daemon holds at most this many of them per session.
+	sessionFrames = 4
 )
 
 // Session is a jail whose runner stays alive between runs, keeping its
@@ -45,6 +48,11 @@ type Session struct {
 	seq  int64
 	lost chan struct{}
 	once sync.Once
+	// waiting is set while someone awaits the runner's frames (the
+	// session's set-up, a run); frames that come at other times (a thread
+	// an earlier run left, a program flooding the channel between runs)
+	// are read and dropped, never queued.
+	waiting atomic.Bool
 
 	vmu      sync.Mutex
 	vars     []runner.Variable
@@ -124,6 +132,8 @@ func (r *Runner) OpenSession(ctx context.Context, j *Jail, spec *Spec) (_ *Sessi
 	if _, err := j.rch.Write(frame); err != nil {
 		return nil, fmt.Errorf("session %s: send the session message: %w", spec.ID, err)
 	}
+	s.waiting.Store(true)
+	defer s.waiting.Store(false)
 	go s.read()
 	go func() {
 		<-j.exited
@@ -150,16 +160,18 @@ func (r *Runner) OpenSession(ctx context.Context, j *Jail, spec *Spec) (_ *Sessi
 	}
 }
 
-// read passes the runner's frames to s.frames until the channel ends.
-// Frames that nobody waits for hold the reader (and so the runner's
-// writes) once sessionFrames are queued: a program flooding the channel
-// between runs stalls only itself.
+// read passes the runner's frames to s.frames until the channel ends,
+// while someone waits for them (s.waiting); it drops the others. When
+// sessionFrames are queued it holds the runner's writes until the run's
+// reader takes them: a program flooding the channel stalls only itself,
+// and the daemon holds a bounded number of its frames.
 func (s *Session) read() {
 	defer close(s.frames)
 	f := runner.NewFrameReader(s.j.rch, s.limits.FrameBytes)
 	for {
 		p, err := f.Next()
 		switch {
+		case err == nil && !s.waiting.Load():
 		case err == nil:
 			// Next reuses its buffer: the frame waits in a copy.
 			select {
@@ -256,6 +268,8 @@ func (s *Session) Run(ctx context.Context, run *SessionRun, onOutput OutputFunc)
 	}
 	s.seq++
 	seq := s.seq
+	s.waiting.Store(true)
+	defer s.waiting.Store(false)
 	filename := run.Filename
 	if filename == "" {
 		filename = fmt.Sprintf("<cell %d>", seq)
