@@ -910,19 +910,7 @@ func TestMaxPerUID(t *testing.T) {
 	h := newHarness(t, Config{MaxPerUID: 2, MaxTotal: 10})
 	first := h.create(alice, nil)
 
-	hold := make(chan struct{})
-	h.mu.Lock()
-	h.hold = hold
-	h.mu.Unlock()
-	opening := make(chan error, 1)
-	go func() {
-		_, err := h.m.CreateSession(context.Background(), alice, &api.SessionRequest{}, api.Limits{})
-		opening <- err
-	}()
-	<-h.opening
-	h.mu.Lock()
-	h.hold = nil
-	h.mu.Unlock()
+	hold, opening, _ := h.openHeld(alice)
 
 	_, err := h.m.CreateSession(context.Background(), alice, &api.SessionRequest{}, api.Limits{})
 	if e := apiErr(t, err, api.ErrBusy); !strings.Contains(e.Message, "uid 1000 has 2 sessions") {
@@ -954,19 +942,7 @@ func TestMaxTotal(t *testing.T) {
 	h := newHarness(t, Config{MaxPerUID: 10, MaxTotal: 2})
 	h.create(alice, nil)
 
-	hold := make(chan struct{})
-	h.mu.Lock()
-	h.hold = hold
-	h.mu.Unlock()
-	opening := make(chan error, 1)
-	go func() {
-		_, err := h.m.CreateSession(context.Background(), bob, &api.SessionRequest{}, api.Limits{})
-		opening <- err
-	}()
-	<-h.opening
-	h.mu.Lock()
-	h.hold = nil
-	h.mu.Unlock()
+	hold, opening, _ := h.openHeld(bob)
 
 	for _, who := range []peercred.Peer{alice, root} {
 		_, err := h.m.CreateSession(context.Background(), who, &api.SessionRequest{}, api.Limits{})
@@ -1067,16 +1043,7 @@ func TestClose(t *testing.T) {
 	run := h.goRun(alice, a.ID, "long")
 	<-blk.entered
 
-	hold := make(chan struct{})
-	h.mu.Lock()
-	h.hold = hold
-	h.mu.Unlock()
-	opening := make(chan error, 1)
-	go func() {
-		_, err := h.m.CreateSession(context.Background(), root, &api.SessionRequest{}, api.Limits{})
-		opening <- err
-	}()
-	id := <-h.opening
+	hold, opening, id := h.openHeld(root)
 
 	h.m.Close()
 	r := <-run
@@ -1134,4 +1101,24 @@ func TestEndingsRace(t *testing.T) {
 	if ev["created"] != 40 || ev["deleted"]+ev["expired"]+ev["ended"] != 40 || ev["lost"] != 0 {
 		t.Errorf("events %v: want each of 40 sessions created and ended once", ev)
 	}
+}
+
+// openHeld starts creating a session for who and holds it in the middle
+// of its Open, until hold is closed; opening gets the creation's error,
+// id is the session's id. Sessions created after it are not held.
+func (h *harness) openHeld(who peercred.Peer) (hold chan struct{}, opening <-chan error, id string) {
+	hold = make(chan struct{})
+	h.mu.Lock()
+	h.hold = hold
+	h.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.m.CreateSession(context.Background(), who, &api.SessionRequest{}, api.Limits{})
+		done <- err
+	}()
+	id = <-h.opening
+	h.mu.Lock()
+	h.hold = nil
+	h.mu.Unlock()
+	return hold, done, id
 }
