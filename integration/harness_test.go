@@ -169,8 +169,12 @@ func cgroupName(t *testing.T) string {
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	return "cellblock-" + name
+	return fmt.Sprintf("cellblock-%d-%s", os.Getpid(), name)
 }
+
+// sharedCgroupName is the shared daemon's --cgroup-name: this process's
+// own, so that two suites on one machine never count each other's jails.
+var sharedCgroupName = fmt.Sprintf("cellblock-it%d", os.Getpid())
 
 // searchableDir is a new directory that every user may search (0755),
 // removed when the test ends: a state directory whose rootfs jails in a
@@ -266,7 +270,7 @@ func startShared() (*Daemon, error) {
 	dd, err := daemontest.Start(ctx, daemontest.Config{
 		Binary:  filepath.Join(binDir, "cellblockd"),
 		Socket:  socket,
-		Args:    []string{"--state-dir", sharedStateDir, "--max-concurrent", "8", "--allow-uid", "65533"},
+		Args:    []string{"--state-dir", sharedStateDir, "--cgroup-name", sharedCgroupName, "--max-concurrent", "8", "--allow-uid", "65533"},
 		LogPath: filepath.Join(dir, "daemon.log"),
 	})
 	if err != nil {
@@ -341,11 +345,11 @@ func runOK(t *testing.T, d *Daemon, req *api.RunRequest) *api.Result {
 }
 
 // ourCgroupNames are the --cgroup-name values of the daemons this test
-// binary started ("cellblock" for the shared one), so that the leftover
+// binary started (sharedCgroupName for the shared one), so that the leftover
 // checks look only at our own subtrees.
 var ourCgroupNames = func() *sync.Map {
 	var m sync.Map
-	m.Store("cellblock", true)
+	m.Store(sharedCgroupName, true)
 	return &m
 }()
 

@@ -128,7 +128,8 @@ func TestSIGKILLRecovery(t *testing.T) {
 	requireRoot(t)
 	mountsBefore := mountCount(t)
 	state := freshStateDir(t)
-	d := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery", "--max-concurrent", "4")
+	name := cgroupName(t)
+	d := startDaemon(t, "--state-dir", state, "--cgroup-name", name, "--max-concurrent", "4")
 	// Start runs that would live long, with detached children.
 	for i := 0; i < 4; i++ {
 		go d.Client.Run(context.Background(), &api.RunRequest{Code: `
@@ -145,7 +146,7 @@ time.sleep(300)
 	d.Kill()
 	// A crashed daemon leaves its jails to die by parent-death signal and
 	// its cgroups and state to the next start-up's sweep.
-	d2 := startDaemon(t, "--state-dir", state, "--cgroup-name", "cellblock-recovery")
+	d2 := startDaemon(t, "--state-dir", state, "--cgroup-name", name)
 	// The new daemon's own prestarted jails are being built now; once
 	// they are ready, nothing else may be there.
 	waitPrestarted(t, d2)
@@ -175,12 +176,12 @@ time.sleep(300)
 	// included.
 	assertNothingLeft(t, mountsBefore)
 	for _, p := range jailProcesses() {
-		if inCgroup(p, func(name string) bool { return name == "cellblock-recovery" }) {
+		if inCgroup(p, func(n string) bool { return n == name }) {
 			t.Errorf("jail process after the daemon stopped: %s", p)
 		}
 	}
 	for _, p := range leftoverCgroups() {
-		if strings.Contains(p, "cellblock-recovery") {
+		if strings.Contains(p, name) {
 			t.Errorf("cgroup after the daemon stopped: %s", p)
 		}
 	}
