@@ -67,8 +67,11 @@ type Jail struct {
 	exited    chan struct{}    // closed when the init has exited
 	state     *os.ProcessState // the init's exit status, set before exited closes
 	gone      chan struct{}    // closed when the jail is torn down
-	create    time.Duration
-	start     time.Duration
+	// mntns holds the jail's mount namespace (see holdMounts); nil if it
+	// could not be opened.
+	mntns  *os.File
+	create time.Duration
+	start  time.Duration
 
 	// prestarted marks a jail built ahead of its run (see Pool); pool is
 	// the pool that built it.
@@ -219,12 +222,31 @@ func (r *Runner) prepare(ctx context.Context, id string, spec *Spec, ahead bool)
 			r.notePreload(id, ready.PreloadFailed)
 		}()
 	}
+	j.holdMounts()
 	j.exited = make(chan struct{})
 	go func() {
 		j.state, _ = j.proc.Wait()
 		close(j.exited)
 	}()
 	return j, nil
+}
+
+// holdMounts keeps the jail's mount namespace alive past its init, until
+// teardown. When the last process of a mount namespace exits, the kernel
+// unmounts the namespace's whole tree in that exit and waits there for an
+// RCU grace period: the init's exit, which the run's answer waits for, took
+// 0.6 ms longer so (strace of a prestarted print(1): 0.77 ms from the
+// init's exit_group to its end, 0.15 ms with the namespace held). Held, the
+// unmounting happens when teardown closes it, after the answer. Without it
+// (the open failing) the jail works as before, only slower to end.
+func (j *Jail) holdMounts() {
+	pid, err := j.proc.Pid()
+	if err == nil {
+		j.mntns, err = os.Open(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	}
+	if err != nil {
+		j.r.log.Debug("hold the jail's mount namespace", "jail", j.id, "err", err)
+	}
 }
 
 // outputPipe is a pipe for a program's output: the jail's user owns it,
@@ -363,6 +385,9 @@ func (j *Jail) discard() error {
 // and a failed build is neither.
 func (j *Jail) teardown() error {
 	defer close(j.gone)
+	if j.mntns != nil {
+		j.mntns.Close() // the jail's mounts go now, off the run's path
+	}
 	var err error
 	if derr := j.cg.Delete(); derr != nil {
 		j.r.log.Error("delete jail cgroup", "jail", j.id, "err", derr)
