@@ -1,19 +1,18 @@
-// Package client talks to cellblockd over its Unix socket. It is used by the
-// cellblock CLI and the MCP server and must stay free of cgo and of anything
-// that needs privileges.
+// Package client talks to cellblockd over its Unix socket, in HTTP/1.1 of
+// its own (transport.go). It is used by the cellblock CLI and the MCP
+// server and must stay free of cgo, of anything that needs privileges, and
+// of net/http, which the CLI, a process per run, would pay for at every
+// start.
 package client
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
-	"net"
-	"net/http"
 	"os"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -37,26 +36,19 @@ func SocketPath(flag string) string {
 // concurrent use.
 type Client struct {
 	socket string
-	http   *http.Client
+	tr     *transport
 }
 
 // New returns a client for the daemon listening on socket.
 func New(socket string) *Client {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		MaxIdleConnsPerHost: 16,
-	}
-	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+	return &Client{socket: socket, tr: &transport{socket: socket}}
 }
 
-// Socket returns the socket path the client dials.
 // CloseIdleConnections closes the connections to the daemon that wait for
 // another request.
-func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() { c.tr.closeIdle() }
 
+// Socket returns the socket path the client dials.
 func (c *Client) Socket() string { return c.socket }
 
 // Run carries out one run and returns its result. A run the daemon refused
@@ -83,7 +75,7 @@ func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput fu
 	// Errors come back as one JSON result; so does the answer of a
 	// daemon that does not stream. Media type parameters (charset) are
 	// allowed.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != api.StreamContentType {
+	if mt, _, _ := mime.ParseMediaType(resp.Header("Content-Type")); mt != api.StreamContentType {
 		return decodeResult(resp)
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -109,7 +101,7 @@ func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput fu
 // Info returns the daemon's description of itself.
 func (c *Client) Info(ctx context.Context) (*api.Info, error) {
 	var info api.Info
-	if err := c.call(ctx, http.MethodGet, api.PathInfo, nil, &info); err != nil {
+	if err := c.call(ctx, "GET", api.PathInfo, nil, &info); err != nil {
 		return nil, err
 	}
 	return &info, nil
@@ -118,42 +110,29 @@ func (c *Client) Info(ctx context.Context) (*api.Info, error) {
 // Health reports whether the daemon answers.
 func (c *Client) Health(ctx context.Context) error {
 	var h api.Health
-	return c.call(ctx, http.MethodGet, api.PathHealth, nil, &h)
+	return c.call(ctx, "GET", api.PathHealth, nil, &h)
 }
 
-func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (*http.Response, error) {
+func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (*response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", accept)
-	return c.do(hreq)
+	return c.do(ctx, &request{method: "POST", path: api.PathRuns, contentType: "application/json", accept: accept, body: body})
 }
 
 // call sends body (JSON, if not nil) and decodes a 200 answer into out. Any
 // other answer becomes the *api.Error it carries.
 func (c *Client) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	req := &request{method: method, path: path}
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		req.body, req.contentType = b, "application/json"
 	}
-	hreq, err := http.NewRequestWithContext(ctx, method, "http://cellblockd"+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		hreq.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.do(hreq)
+	resp, err := c.do(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -162,7 +141,7 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	if err != nil {
 		return fmt.Errorf("read %s from cellblockd: %w", path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != 200 {
 		var r api.Result
 		if json.Unmarshal(data, &r) == nil && r.Error != nil {
 			return r.Error
@@ -175,18 +154,18 @@ func (c *Client) call(ctx context.Context, method, path string, body, out any) e
 	return nil
 }
 
-func (c *Client) do(req *http.Request) (*http.Response, error) {
-	resp, err := c.http.Do(req)
+func (c *Client) do(ctx context.Context, req *request) (*response, error) {
+	resp, err := c.tr.do(ctx, req)
 	if err != nil {
-		if req.Context().Err() != nil {
-			return nil, req.Context().Err()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, c.socket, err)
 	}
 	return resp, nil
 }
 
-func decodeResult(resp *http.Response) (*api.Result, error) {
+func decodeResult(resp *response) (*api.Result, error) {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
 	if err != nil {
 		return nil, fmt.Errorf("read result from cellblockd: %w", err)
@@ -195,7 +174,7 @@ func decodeResult(resp *http.Response) (*api.Result, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode result from cellblockd (%s): %w", resp.Status, err)
 	}
-	if resp.StatusCode != http.StatusOK && r.Error == nil {
+	if resp.StatusCode != 200 && r.Error == nil {
 		r.Error = &api.Error{Type: api.ErrInternal, Message: "cellblockd answered " + resp.Status}
 	}
 	return &r, nil

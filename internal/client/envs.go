@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
 	"net/url"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -11,7 +10,7 @@ import (
 // Envs lists the daemon's dependency environments.
 func (c *Client) Envs(ctx context.Context) (*api.EnvList, error) {
 	var list api.EnvList
-	if err := c.call(ctx, http.MethodGet, api.PathEnvs, nil, &list); err != nil {
+	if err := c.call(ctx, "GET", api.PathEnvs, nil, &list); err != nil {
 		return nil, err
 	}
 	return &list, nil
@@ -22,7 +21,7 @@ func (c *Client) Envs(ctx context.Context) (*api.EnvList, error) {
 // *api.Error.
 func (c *Client) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
 	var res api.EnvBuildResult
-	if err := c.call(ctx, http.MethodPost, api.PathEnvs, req, &res); err != nil {
+	if err := c.call(ctx, "POST", api.PathEnvs, req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -31,7 +30,7 @@ func (c *Client) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.E
 // RemoveEnv deletes the environment with the given id.
 func (c *Client) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error) {
 	var res api.EnvRemoveResult
-	if err := c.call(ctx, http.MethodDelete, api.PathEnvs+"/"+url.PathEscape(id), nil, &res); err != nil {
+	if err := c.call(ctx, "DELETE", api.PathEnvs+"/"+url.PathEscape(id), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -40,7 +39,7 @@ func (c *Client) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult
 // PruneEnvs deletes every environment no run uses.
 func (c *Client) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
 	var res api.EnvRemoveResult
-	if err := c.call(ctx, http.MethodPost, api.PathEnvsPrune, struct{}{}, &res); err != nil {
+	if err := c.call(ctx, "POST", api.PathEnvsPrune, struct{}{}, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

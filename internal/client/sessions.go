@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
 	"net/url"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -12,7 +11,7 @@ import (
 // it with RunRequest.Session set to its ID. A refusal is an *api.Error.
 func (c *Client) CreateSession(ctx context.Context, req *api.SessionRequest) (*api.Session, error) {
 	var s api.Session
-	if err := c.call(ctx, http.MethodPost, api.PathSessions, req, &s); err != nil {
+	if err := c.call(ctx, "POST", api.PathSessions, req, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -21,7 +20,7 @@ func (c *Client) CreateSession(ctx context.Context, req *api.SessionRequest) (*a
 // Sessions lists the caller's sessions (every session, for root).
 func (c *Client) Sessions(ctx context.Context) (*api.SessionList, error) {
 	var list api.SessionList
-	if err := c.call(ctx, http.MethodGet, api.PathSessions, nil, &list); err != nil {
+	if err := c.call(ctx, "GET", api.PathSessions, nil, &list); err != nil {
 		return nil, err
 	}
 	return &list, nil
@@ -31,7 +30,7 @@ func (c *Client) Sessions(ctx context.Context) (*api.SessionList, error) {
 // api.ErrSessionNotFound.
 func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
 	var s api.Session
-	if err := c.call(ctx, http.MethodGet, api.PathSessions+"/"+url.PathEscape(id), nil, &s); err != nil {
+	if err := c.call(ctx, "GET", api.PathSessions+"/"+url.PathEscape(id), nil, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -40,5 +39,5 @@ func (c *Client) Session(ctx context.Context, id string) (*api.Session, error) {
 // DeleteSession ends a session, killing a run in progress in it.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
 	var res api.SessionDeleted
-	return c.call(ctx, http.MethodDelete, api.PathSessions+"/"+url.PathEscape(id), nil, &res)
+	return c.call(ctx, "DELETE", api.PathSessions+"/"+url.PathEscape(id), nil, &res)
 }
