@@ -376,11 +376,24 @@ func leftoverCgroups() []string {
 	return found
 }
 
-// jailProcesses lists live host processes whose uid lies in the jails'
-// range or is the no-userns jail uid. Zombies are not listed: they hold
-// nothing but a pid, and the reaping of jail inits that outlived a killed
-// daemon is up to the host's pid 1.
+// jailProcesses lists live host processes of our daemons' jails: in one
+// of our cgroup subtrees (so that another suite's or daemon's jails on the
+// same machine do not count), with a uid in the jails' range or the
+// no-userns jail uid. Zombies are not listed: they hold nothing but a pid,
+// and the reaping of jail inits that outlived a killed daemon is up to the
+// host's pid 1.
 func jailProcesses() []string {
+	var ours []string
+	for _, p := range anyJailProcesses() {
+		if inCgroup(p, func(name string) bool { _, ok := ourCgroupNames.Load(name); return ok }) {
+			ours = append(ours, p)
+		}
+	}
+	return ours
+}
+
+// anyJailProcesses is jailProcesses on the whole machine.
+func anyJailProcesses() []string {
 	var found []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
