@@ -446,10 +446,10 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 		out.Phases.Start += j.start
 	}
 	streams := j.drain(spec.Limits.OutputBytes, onOutput)
-	reports := j.listen(spec, start)
-	j.supervise(ctx, spec, start, out)
-	j.collect(spec, streams, out)
-	out.Runner, out.Phases.Handover = j.heard(spec, reports)
+	l := j.listen(spec, start)
+	ended := j.supervise(ctx, spec, start, streams, l, out)
+	j.collect(spec, streams, ended, out)
+	out.Runner, out.Phases.Handover = j.heard(spec, l)
 	return out, nil
 }
 
@@ -460,14 +460,24 @@ type report struct {
 	handover time.Duration
 }
 
+// listener collects what a jail's runner reports.
+type listener struct {
+	// reports gets the report once the channel is over.
+	reports chan report
+	// over is closed when the channel has ended; exit is then the status
+	// of the runner's last exit message, or nil.
+	over chan struct{}
+	exit *int
+}
+
 // listen sends the runner its program and collects what it reports until
 // its channel closes, which it does at the latest when the jail's pid
 // namespace is gone. It returns nil for a jail without a runner.
-func (j *Jail) listen(spec *Spec, start time.Time) <-chan report {
+func (j *Jail) listen(spec *Spec, start time.Time) *listener {
 	if j.rch == nil || spec.Runner == nil {
 		return nil
 	}
-	reports := make(chan report, 1)
+	l := &listener{reports: make(chan report, 1), over: make(chan struct{})}
 	go func() {
 		var rep report
 		c := runner.NewCollector(spec.Runner.Limits)
@@ -484,17 +494,20 @@ func (j *Jail) listen(spec *Spec, start time.Time) <-chan report {
 			j.r.log.Debug("runner channel", "run", spec.ID, "jail", j.id, "err", err)
 		}
 		rep.res = c.Result()
-		reports <- rep
+		l.exit = rep.res.Exit
+		close(l.over)
+		l.reports <- rep
 	}()
-	return reports
+	return l
 }
 
 // heard waits for what the runner reported. The run is over, so its
 // channel is closing; bound the wait anyway, as collect does for output.
-func (j *Jail) heard(spec *Spec, reports <-chan report) (*runner.Result, time.Duration) {
-	if reports == nil {
+func (j *Jail) heard(spec *Spec, l *listener) (*runner.Result, time.Duration) {
+	if l == nil {
 		return nil, 0
 	}
+	reports := l.reports
 	var rep report
 	select {
 	case rep = <-reports:
@@ -602,6 +615,8 @@ func (j *Jail) send(ctl *bufio.Reader, spec *Spec) (string, error) {
 type streams struct {
 	stdout, stderr *cappedBuffer
 	wg             sync.WaitGroup
+	// done is closed when both drains have ended.
+	done chan struct{}
 }
 
 // drain reads both streams while the program runs, keeping at most limit
@@ -613,7 +628,7 @@ func (j *Jail) drain(limit int64, onOutput OutputFunc) *streams {
 // drainPipes reads stdout and stderr to their ends, keeping at most limit
 // bytes of each and passing them to onOutput.
 func drainPipes(stdout, stderr io.Reader, limit int64, onOutput OutputFunc) *streams {
-	s := &streams{stdout: newCappedBuffer(limit), stderr: newCappedBuffer(limit)}
+	s := &streams{stdout: newCappedBuffer(limit), stderr: newCappedBuffer(limit), done: make(chan struct{})}
 	for _, st := range []struct {
 		name string
 		r    io.Reader
@@ -625,21 +640,56 @@ func drainPipes(stdout, stderr io.Reader, limit int64, onOutput OutputFunc) *str
 			st.buf.drain(st.r, st.name, onOutput)
 		}()
 	}
+	go func() {
+		s.wg.Wait()
+		close(s.done)
+	}()
 	return s
 }
 
 // supervise waits until the program ends, its time (counted from start)
 // is up or ctx is cancelled, and kills the run in the last two cases. It
 // records which in out, with the program's duration.
-func (j *Jail) supervise(ctx context.Context, spec *Spec, start time.Time, out *Outcome) {
+//
+// The program has ended when the jail's init has exited, or earlier, when
+// the runner's channel has ended after an exit message and both output
+// pipes have reached their end too: the runner closes its output and the
+// channel right after that message, its last, and nothing else holds
+// them (the init let go of its copies of the output when the program
+// started; forked children close theirs of the channel). The message's
+// status is returned then, and nil otherwise. The runner's process is
+// still ending then: unmapping its memory and the init's exit took 1 to
+// 2 ms of a 4 ms run, which the answer need not wait for; the jail is
+// killed with the rest of its teardown, after the answer. A program that
+// forges all of it can only end its own run, as exiting would; one that
+// leaves the output or the channel open waits for the init as before.
+func (j *Jail) supervise(ctx context.Context, spec *Spec, start time.Time, s *streams, l *listener, out *Outcome) *int {
 	timer := time.NewTimer(spec.Limits.Timeout - time.Since(start))
 	defer timer.Stop()
-	select {
-	case <-j.exited:
-	case <-timer.C:
-		out.TimedOut = true
-	case <-ctx.Done():
-		out.Canceled = true
+	var over, drained <-chan struct{}
+	if l != nil {
+		over = l.over
+	}
+wait:
+	for {
+		select {
+		case <-j.exited:
+			break wait
+		case <-timer.C:
+			out.TimedOut = true
+			break wait
+		case <-ctx.Done():
+			out.Canceled = true
+			break wait
+		case <-over:
+			over = nil
+			if l.exit != nil {
+				drained = s.done
+			}
+		case <-drained:
+			out.Duration = time.Since(start)
+			return l.exit
+		}
 	}
 	if out.TimedOut || out.Canceled {
 		// Kill the whole cgroup: every process of the run, however
@@ -649,29 +699,32 @@ func (j *Jail) supervise(ctx context.Context, spec *Spec, start time.Time, out *
 		}
 	}
 	out.Duration = time.Since(start)
+	return nil
 }
 
 // collect gathers what the ended run left into out: its output, exit
 // status and the cgroup's statistics, read from the live cgroup: the init
 // is gone, and with it every process of the run (the kernel kills a pid
 // namespace's processes when its init exits; they used their CPU time
-// before).
-func (j *Jail) collect(spec *Spec, s *streams, out *Outcome) {
+// before), or the program said it exits with status ended (see supervise).
+func (j *Jail) collect(spec *Spec, s *streams, ended *int, out *Outcome) {
 	tc := time.Now()
 	// The init is gone, so the pid namespace is empty and every write end
 	// of the pipes is closed: the drains end. Bound the wait anyway.
-	drained := make(chan struct{})
-	go func() { s.wg.Wait(); close(drained) }()
 	select {
-	case <-drained:
+	case <-s.done:
 	case <-time.After(5 * time.Second):
 		j.stdoutR.Close()
 		j.stderrR.Close()
-		<-drained
+		<-s.done
 	}
 	out.Stdout, out.StdoutTruncated = s.stdout.bytes()
 	out.Stderr, out.StderrTruncated = s.stderr.bytes()
-	out.ExitCode = exitCode(j.state) // the init has exited either way
+	if ended != nil {
+		out.ExitCode = *ended
+	} else {
+		out.ExitCode = exitCode(j.state) // the init has exited either way
+	}
 
 	st, serr := j.cg.Stats()
 	if serr != nil {

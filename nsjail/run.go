@@ -101,6 +101,16 @@ func (r *Runner) tearDownLater(j *Jail) {
 	r.teardowns.Add(1)
 	go func() {
 		defer r.teardowns.Done()
+		select {
+		case <-j.exited:
+		default:
+			// The run ended at its runner's exit message (see
+			// supervise): its processes are still ending, or some
+			// program's live on.
+			if err := j.kill(); err != nil {
+				j.r.log.Error("kill ended run", "jail", j.id, "err", err)
+			}
+		}
 		_ = j.teardown() // logged there
 	}()
 }

@@ -303,16 +303,14 @@ func (s *Session) Run(ctx context.Context, run *SessionRun, onOutput OutputFunc)
 	out.Phases.Program = out.Duration
 
 	tc := time.Now()
-	drained := make(chan struct{})
-	go func() { streams.wg.Wait(); close(drained) }()
 	select {
-	case <-drained:
+	case <-streams.done:
 	case <-time.After(sessionOutputGrace):
 		// A process the run left behind holds the pipes: its output
 		// after the run is not the run's.
 		stdoutR.Close()
 		stderrR.Close()
-		<-drained
+		<-streams.done
 	}
 	out.Stdout, out.StdoutTruncated = streams.stdout.bytes()
 	out.Stderr, out.StderrTruncated = streams.stderr.bytes()

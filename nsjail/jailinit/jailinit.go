@@ -19,6 +19,8 @@
 //     modes the program's standard input is the message's, and its stdout
 //     and stderr are the jail's,
 //  4. answers AckStarted (or AckFailed) on descriptor 3 and closes it,
+//     and points its own stdout and stderr at /dev/null, so that the
+//     output pipes end when the program's processes are done with them,
 //  5. reaps every process that is reparented to it,
 //  6. exits with Python's status: its exit code, or 128+N after signal N.
 //
@@ -155,6 +157,7 @@ func Main(args []string) int {
 	}
 	_, _ = io.WriteString(ctl, AckStarted)
 	ctl.Close()
+	releaseOutput()
 	go func() {
 		for s := range sigs {
 			_ = syscall.Kill(pid, s.(syscall.Signal))
@@ -166,6 +169,22 @@ func Main(args []string) int {
 		}
 		<-chld
 	}
+}
+
+// releaseOutput points the init's standard output and error, the run's
+// output pipes, at /dev/null once the program has them: the pipes then end
+// when the program's processes are done with them, which the daemon can
+// take as the end of the run's output (the runner's exit message) without
+// waiting for the init's own exit. The init writes nothing after the
+// program started.
+func releaseOutput() {
+	null, err := syscall.Open("/dev/null", syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_ = syscall.Dup3(null, 1, 0)
+	_ = syscall.Dup3(null, 2, 0)
+	syscall.Close(null)
 }
 
 // reap reaps every child that has ended, without blocking, and says

@@ -66,6 +66,9 @@ type Result struct {
 	// that counts is the process's; this one is informative.
 	Done     bool
 	ExitCode *int
+	// Exit is the status of the runner's last exit message, if one came:
+	// the process is ending with it, its output and channel closed.
+	Exit *int
 	// Value, Exception and Display are the result's fields.
 	Value     *Value
 	Exception *Exception
@@ -162,6 +165,8 @@ func (c *Collector) Handle(payload []byte) {
 		c.exception(payload)
 	case TypeDone:
 		c.done(payload)
+	case TypeExit:
+		c.exit(payload)
 	default:
 		// ready again, or a later version's messages: ignored.
 	}
@@ -216,6 +221,23 @@ func (c *Collector) done(payload []byte) {
 	if m.DisplayDropped > 0 && m.DisplayDropped <= 1<<31 {
 		c.runnerDropped = m.DisplayDropped
 	}
+}
+
+// exit takes the runner's last message: the exit status its process is
+// ending with, its standard output and error closed, the channel closing
+// next. Like every frame it may be forged by the program, which could exit
+// with any status anyway; the last one counts.
+func (c *Collector) exit(payload []byte) {
+	var m struct {
+		Type     string `json:"type"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := decodeStrict(payload, &m, true); err != nil || m.ExitCode < 0 || m.ExitCode > 255 {
+		c.note("exit message: not a status from 0 to 255: %v", err)
+		return
+	}
+	code := m.ExitCode
+	c.res.Exit = &code // the last one counts: the runner's is its last frame
 }
 
 func (c *Collector) value(payload []byte) {

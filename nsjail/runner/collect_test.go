@@ -485,3 +485,26 @@ func FuzzValidText(f *testing.F) {
 		}
 	})
 }
+
+func TestCollectExit(t *testing.T) {
+	r := collect(t, DefaultLimits(), `{"type":"done","exit_code":0}`)
+	if r.Exit != nil {
+		t.Errorf("no exit message, yet Exit = %d", *r.Exit)
+	}
+	// The last valid one counts: the runner's own is its last frame, and
+	// one the program forged before it must not stand.
+	r = collect(t, DefaultLimits(),
+		`{"type":"exit","exit_code":9}`,
+		`{"type":"exit","exit_code":300}`,
+		`{"type":"exit","exit_code":-1}`,
+		`{"type":"exit","exit_code":"0"}`,
+		`{"type":"exit","exit_code":4,"extra":1}`,
+		`{"type":"exit","exit_code":4}`,
+		`{"type":"exit"`)
+	if r.Exit == nil || *r.Exit != 4 {
+		t.Errorf("Exit = %v; want 4", r.Exit)
+	}
+	if len(r.Notes) != 5 {
+		t.Errorf("notes %q; want one for each bad exit message and the cut frame", r.Notes)
+	}
+}

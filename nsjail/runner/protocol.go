@@ -111,6 +111,7 @@ const (
 	TypeValue     = "value"
 	TypeException = "exception"
 	TypeDone      = "done"
+	TypeExit      = "exit"
 )
 
 // Ready is the runner's first message.

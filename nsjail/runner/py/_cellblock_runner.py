@@ -666,7 +666,7 @@ def _report(r, value, has_value, _dumps=json.dumps):
 _SLOW_EXIT_VARS = ("PYTHONMALLOCSTATS", "PYTHONDUMPREFS", "PYTHONDUMPREFSFILE")
 
 
-def _finish(r, _exit=os._exit):
+def _finish(r, _exit=os._exit, _close=os.close):
     """The last exit handler: what python's finalization still shows a
     program after its exit handlers, then os._exit with python's status.
 
@@ -747,6 +747,19 @@ def _finish(r, _exit=os._exit):
         for f in (sys.stdout, sys.stderr):
             if f is not None:
                 f.flush()
+        # The output is whole: close it, say so, and close the channel.
+        # Once the channel and the output pipes have ended (nothing else
+        # holds them), the daemon answers without waiting for this
+        # process's end (unmapping its memory takes a millisecond).
+        for fd in (1, 2):
+            try:
+                _close(fd)
+            except OSError:
+                pass
+        ch = r.ch
+        if ch.send_raw('{"type":"exit","exit_code":%d}' % code):
+            ch.dead = True
+            _close(ch.fd)
     except BaseException:
         return
     _exit(code)
