@@ -196,7 +196,11 @@ func TestBuildJailCannotReachHostLoopback(t *testing.T) {
 	if n := can.count.Load(); n != 0 {
 		t.Errorf("the build jail reached a server on the host's loopback %d times", n)
 	}
-	if strings.Contains(res.Stdout, "reached") || strings.Count(res.Stdout, "refused") != 2 {
+	if log := d.Log(); !strings.Contains(log, "a dependency build was refused a connection") {
+		t.Errorf("the daemon did not log the build's refused connection:\n%s", log)
+	}
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "socket refused") || !strings.HasPrefix(lines[1], "urllib refused") {
 		t.Errorf("the build's probes: %q", res.Stdout)
 	}
 }

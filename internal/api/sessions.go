@@ -113,6 +113,8 @@ type Session struct {
 	Python      string       `json:"python,omitempty"`
 	Limits      *Limits      `json:"limits,omitempty"`
 	Environment *Environment `json:"environment,omitempty"`
+	// Network is the egress the session was created with, if any.
+	Network *Network `json:"network,omitempty"`
 	// MemoryBytes is the memory the session holds now.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// Variables are the globals its code defined, as of its last run:

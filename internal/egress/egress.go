@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
 // Defaults of Config's caps.
@@ -126,16 +127,28 @@ func New(cfg Config) (*Egress, error) {
 	return &Egress{cfg: cfg}, nil
 }
 
+// Describe is Info's one-line network policy.
+func (e *Egress) Describe() string {
+	if !e.Enabled() {
+		return "none: a private network namespace with only loopback"
+	}
+	return "none unless asked: a private network namespace with only loopback; a run whose network.allow is within " +
+		patternList(e.cfg.Allow) + " reaches those hosts through the daemon's HTTP proxy in its namespace"
+}
+
 // Info describes the policy for the daemon's info, with what a build
 // against indexURL (noIndex: none) may reach.
 func (e *Egress) Info(indexURL string, noIndex bool) *api.NetworkInfo {
+	if e == nil {
+		return nil
+	}
 	info := &api.NetworkInfo{
 		Allow:               []string{},
 		AllowPrivate:        e.cfg.AllowPrivate,
 		MaxConnections:      e.cfg.MaxConnections,
 		MaxConnectionsTotal: e.cfg.MaxConnectionsTotal,
 		MaxBytes:            e.cfg.MaxBytes,
-		Proxy:               "http://127.0.0.1:" + strconv.Itoa(ProxyPort),
+		Proxy:               "http://127.0.0.1:" + strconv.Itoa(layout.ProxyPort),
 	}
 	for _, p := range e.cfg.Allow {
 		info.Allow = append(info.Allow, p.String())
@@ -151,11 +164,7 @@ func (e *Egress) Info(indexURL string, noIndex bool) *api.NetworkInfo {
 }
 
 // Enabled reports whether the operator lets runs ask for network at all.
-func (e *Egress) Enabled() bool { return len(e.cfg.Allow) > 0 }
-
-// ProxyPort is the port the proxy listens on in a jail's loopback (when
-// free; nsjail takes another otherwise, and the environment says which).
-const ProxyPort = 3128
+func (e *Egress) Enabled() bool { return e != nil && len(e.cfg.Allow) > 0 }
 
 // ForRun returns the proxy of run id, which asked for n, or nil when n
 // asks for no network. A request beyond the operator's bound is refused
@@ -168,7 +177,7 @@ func (e *Egress) ForRun(id string, n *api.Network) (*Proxy, error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	if len(e.cfg.Allow) == 0 {
+	if !e.Enabled() {
 		return nil, api.Errorf(api.ErrOverLimit, "network", "this cellblockd gives runs no network (its operator allows none with --network-allow)")
 	}
 	for _, p := range asked {

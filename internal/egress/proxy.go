@@ -246,7 +246,7 @@ func (p *Proxy) allowed(t target) *denial {
 		}
 	}
 	return &denial{host: t.label(), port: t.port, reason: api.DenyNotAllowed,
-		why: fmt.Sprintf("%s is not in this run's network allowlist (%s)", t.shown, patternList(p.pol.allow))}
+		why: fmt.Sprintf("%s is not in the network allowlist (%s)", t.shown, patternList(p.pol.allow))}
 }
 
 // addresses resolves t (an IP literal is its own address) and keeps the
@@ -669,11 +669,11 @@ func (p *Proxy) refuse(w http.ResponseWriter, what string, d *denial) {
 
 // shortReasons say each reason in the few words of a status line.
 var shortReasons = map[string]string{
-	api.DenyNotAllowed:       "not in the run's network allowlist",
+	api.DenyNotAllowed:       "not in the network allowlist",
 	api.DenyPrivateAddress:   "a private address",
 	api.DenyForbiddenAddress: "a forbidden address",
 	api.DenyConnectionLimit:  "too many connections",
-	api.DenyByteLimit:        "the run's byte limit is reached",
+	api.DenyByteLimit:        "the byte limit is reached",
 }
 
 // fail answers an error that is no denial.
