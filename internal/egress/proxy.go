@@ -246,7 +246,7 @@ func (p *Proxy) allowed(t target) *denial {
 		}
 	}
 	return &denial{host: t.label(), port: t.port, reason: api.DenyNotAllowed,
-		why: fmt.Sprintf("%s is not in the network allowlist (%s)", t.shown, patternList(p.pol.allow))}
+		why: fmt.Sprintf("not in the network allowlist (%s)", patternList(p.pol.allow))}
 }
 
 // addresses resolves t (an IP literal is its own address) and keeps the
@@ -282,10 +282,10 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, error) {
 		return ok, nil
 	case worst == forbidden:
 		return nil, &denial{host: t.label(), port: t.port, reason: api.DenyForbiddenAddress,
-			why: fmt.Sprintf("%s resolves to %s, which no run may reach (cloud metadata, or no single host)", t.shown, addrList(found))}
+			why: fmt.Sprintf("its address %s is one nothing in a jail may reach (a cloud metadata endpoint, or no single host)", addrList(found))}
 	case worst == private:
 		return nil, &denial{host: t.label(), port: t.port, reason: api.DenyPrivateAddress,
-			why: fmt.Sprintf("%s resolves to %s: loopback, private and special-purpose addresses are refused (cellblockd --network-allow-private allows them)", t.shown, addrList(found))}
+			why: fmt.Sprintf("its address %s is loopback, private or special-purpose, which cellblockd refuses without --network-allow-private", addrList(found))}
 	}
 	return nil, fmt.Errorf("%s has no address", t.host)
 }
@@ -387,7 +387,7 @@ func (p *Proxy) exhaust(t target) {
 	p.mu.Unlock()
 	if first {
 		p.deny(t.label(), t.port, api.DenyByteLimit,
-			fmt.Sprintf("%s: the run's connections carried %d bytes, the most it may move; its connections were closed (cellblockd --network-max-bytes)", t.shown, p.e.cfg.MaxBytes))
+			fmt.Sprintf("a connection to %s closed: the run's connections carried %d bytes, the most it may move, and all were closed (cellblockd --network-max-bytes)", t.shown, p.e.cfg.MaxBytes))
 	}
 	p.closeUpstream()
 }
@@ -663,7 +663,7 @@ func (p *Proxy) refuseOrFail(w http.ResponseWriter, what string, err error) {
 // refuse records d and answers 403 with the reason in the status line
 // (where urllib's and requests' errors show it) and the body.
 func (p *Proxy) refuse(w http.ResponseWriter, what string, d *denial) {
-	p.deny(d.host, d.port, d.reason, what+": "+d.why)
+	p.deny(d.host, d.port, d.reason, what+" refused: "+d.why)
 	p.answer(w, http.StatusForbidden, "refused "+what+": "+shortReasons[d.reason], d.reason, what+" refused: "+d.why)
 }
 
