@@ -720,3 +720,36 @@ time.sleep(60)
 		}
 	}
 }
+
+// run_python with network_allow, through cellblock-mcp started with
+// --network-allow: the code reaches the allowed host, and what it was
+// refused comes back in the text and as denials.
+func TestNetworkMCP(t *testing.T) {
+	d, s := netDaemon(t, true)
+	allowed := fmt.Sprintf("localhost:%d", s.Plain)
+	c := mcpStdioArgs(t, d.Socket, []string{"--network-allow", allowed})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res := mcpCall(t, ctx, c, "run_python", map[string]any{
+		"code": fmt.Sprintf(`import urllib.request
+print(urllib.request.urlopen("http://%s/hello", timeout=30).read().decode())
+try:
+    urllib.request.urlopen("http://outside.example.org/", timeout=30)
+except Exception as e:
+    print(e)`, allowed),
+		"network_allow": []string{allowed},
+	}, nil)
+	text := mcpText(res)
+	if res.IsError || !strings.Contains(text, "hello http") || !strings.Contains(text, "- GET outside.example.org:80 refused: not in the network allowlist") {
+		t.Errorf("run_python: %s", text)
+	}
+	var r api.Result
+	mcpStructured(t, res, &r)
+	if len(r.Denials) != 1 || r.Denials[0].Reason != api.DenyNotAllowed {
+		t.Errorf("denials %+v", r.Denials)
+	}
+	res = mcpCall(t, ctx, c, "run_python", map[string]any{"code": "1", "network_allow": []string{fmt.Sprintf("localhost:%d", s.Secure)}}, nil)
+	if !res.IsError || !strings.Contains(mcpText(res), "beyond what this server allows") {
+		t.Errorf("beyond cellblock-mcp's bound: %s", mcpText(res))
+	}
+}
