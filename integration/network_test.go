@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -751,5 +752,74 @@ except Exception as e:
 	res = mcpCall(t, ctx, c, "run_python", map[string]any{"code": "1", "network_allow": []string{fmt.Sprintf("localhost:%d", s.Secure)}}, nil)
 	if !res.IsError || !strings.Contains(mcpText(res), "beyond what this server allows") {
 		t.Errorf("beyond cellblock-mcp's bound: %s", mcpText(res))
+	}
+}
+
+// clientPackages are Debian's requests and httpx with what they import,
+// packed into pure-Python wheels for the jail (Debian's metadata drops
+// some of their requirements, so all are listed).
+var clientPackages = []string{"requests", "urllib3", "six", "idna", "chardet", "certifi", "httpx", "httpcore", "h11", "anyio", "sniffio", "rfc3986"}
+
+// clientWheelhouse packs clientPackages from Debian's python3-requests and
+// python3-httpx (installed by scripts/install-deps.sh when missing) into a
+// wheelhouse the build jail can read.
+func clientWheelhouse(t *testing.T) string {
+	t.Helper()
+	var missing []string
+	for _, p := range []string{"python3-requests", "python3-httpx"} {
+		out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", p).Output()
+		if !strings.Contains(string(out), "install ok installed") {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		if _, err := exec.LookPath("apt-get"); err != nil {
+			t.Skipf("needs the Debian packages %v, and this host has no apt-get", missing)
+		}
+		if out, err := exec.Command(filepath.Join(repoRoot, "scripts", "install-deps.sh")).CombinedOutput(); err != nil {
+			t.Fatalf("install %v: %v\n%s", missing, err, out)
+		}
+	}
+	dir := searchableDir(t, "cellblock-it-clients-")
+	have := filepath.Join(dir, "have")
+	if err := os.WriteFile(have, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wheels := filepath.Join(dir, "wheels")
+	args := append([]string{filepath.Join(repoRoot, "integration", "testdata", "debwheels.py"), "--out", wheels, "--have", have}, clientPackages...)
+	if out, err := exec.Command(debianPython, args...).CombinedOutput(); err != nil {
+		t.Fatalf("debwheels.py: %v\n%s", err, out)
+	}
+	return wheels
+}
+
+// The README's example: requests (and httpx) through the allowlist, with
+// nothing configured in the code but the certificate it trusts.
+func TestNetworkRequestsAndHTTPX(t *testing.T) {
+	requireRoot(t)
+	wheels := clientWheelhouse(t)
+	s := startNetServers(t)
+	allowed := fmt.Sprintf("localhost:%d", s.Secure)
+	d := startDaemon(t, "--no-index", "--find-links", wheels, "--network-allow", allowed, "--network-allow-private")
+	res := runOK(t, d, &api.RunRequest{Code: netPrelude + fmt.Sprintf(`
+import requests, httpx
+print(requests.get("https://%[1]s/hello", timeout=30).text)
+print(httpx.get("https://%[1]s/hello", timeout=30).text)
+try:
+    requests.get("https://outside.example.org/", timeout=30)
+except requests.exceptions.ProxyError as e:
+    print("requests refused:", "403 cellblock refused CONNECT outside.example.org:443" in str(e))
+try:
+    httpx.get("https://outside.example.org/", timeout=30)
+except httpx.ProxyError as e:
+    print("httpx refused:", e)
+`, allowed), Dependencies: clientPackages, Inputs: map[string]json.RawMessage{"ca_pem": mustMarshal(t, s.CAPEM)},
+		Network: &api.Network{Allow: []string{allowed}}})
+	want := []string{"hello https", "hello https", "requests refused: True", "httpx refused: 403 cellblock refused CONNECT outside.example.org:443: not in the network allowlist"}
+	if got := lines(res.Stdout); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("output %q, want %q\nstderr %s", got, want, res.Stderr)
+	}
+	if got := denialsBy(res); got[api.DenyNotAllowed] != 2 {
+		t.Errorf("denials %+v", res.Denials)
 	}
 }
