@@ -461,3 +461,24 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A plain HTTP request goes to the host in its URL, which was checked, and
+// says that host, whatever Host header the program set apart from it.
+func TestProxyHostHeaderIsTheURLs(t *testing.T) {
+	_, plain := server(t, false, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) })
+	f := newFixture(t, Config{AllowPrivate: true}, "localhost:"+plain)
+	c, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://localhost:%s/ HTTP/1.1\r\nHost: internal.example\r\n\r\n", plain)
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	if string(b) != "localhost:"+plain {
+		t.Errorf("the server saw Host %q", b)
+	}
+}

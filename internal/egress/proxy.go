@@ -624,8 +624,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			// To the host checked, and saying so: the Host header is the
+			// URL's, not one the program set apart from it.
 			pr.Out.URL = pr.In.URL
-			pr.Out.Host = pr.In.Host
+			pr.Out.Host = ""
 		},
 		Transport: p.transport,
 		ErrorLog:  slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
