@@ -322,12 +322,11 @@ func TestProxyConnectionCaps(t *testing.T) {
 	// Five connections out in all.
 	for i := range 7 {
 		code, _, hdr := get(t, f, "http://localhost:"+plain+"/")
-		if want := 200; i >= 5 {
-			if code != 403 || hdr.Get("X-Cellblock-Denial") != api.DenyConnectionLimit {
-				t.Errorf("request %d: %d %v", i, code, hdr)
-			}
-		} else if code != want {
+		switch {
+		case i < 5 && code != 200:
 			t.Errorf("request %d: %d", i, code)
+		case i >= 5 && (code != 403 || hdr.Get("X-Cellblock-Denial") != api.DenyConnectionLimit):
+			t.Errorf("request %d: %d %v", i, code, hdr)
 		}
 	}
 	got := map[string]int{}
@@ -480,5 +479,26 @@ func TestProxyHostHeaderIsTheURLs(t *testing.T) {
 	b, _ := io.ReadAll(res.Body)
 	if string(b) != "localhost:"+plain {
 		t.Errorf("the server saw Host %q", b)
+	}
+}
+
+// In a session each run gets the caps afresh.
+func TestProxyNextRunRenewsTheTotals(t *testing.T) {
+	_, plain := server(t, false, hello)
+	f := newFixture(t, Config{AllowPrivate: true, MaxConnectionsTotal: 2}, "localhost:"+plain)
+	for run := range 2 {
+		for i := range 3 {
+			code, _, _ := get(t, f, "http://localhost:"+plain+"/")
+			want := 200
+			if i == 2 {
+				want = 403
+			}
+			if code != want {
+				t.Errorf("run %d, request %d: %d, want %d", run, i, code, want)
+			}
+		}
+		if d := f.p.NextRun(); len(d) != 1 || d[0].Reason != api.DenyConnectionLimit {
+			t.Errorf("run %d: denials %+v", run, d)
+		}
 	}
 }

@@ -155,6 +155,20 @@ func (p *Proxy) TakeDenials() []api.Denial {
 	return d
 }
 
+// NextRun ends a session's run: it returns the run's denials and starts
+// the next run's totals of connections made and bytes moved afresh, so
+// that the caps apply to each run of a long session as to a run of its
+// own. Connections open now stay open and count on.
+func (p *Proxy) NextRun() []api.Denial {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	p.made, p.bytes, p.overBytes = 0, 0, false
+	p.mu.Unlock()
+	return p.TakeDenials()
+}
+
 // deny records a denial (merged with an earlier one of the same host, port
 // and reason) and tells the metrics. Past maxDenials distinct ones, the
 // last entry counts the rest.

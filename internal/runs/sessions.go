@@ -29,8 +29,9 @@ func (o *Opened) Release() {
 }
 
 // Denials returns what the session's proxy refused since the last call:
-// a run's own, taken when it ends.
-func (o *Opened) Denials() []api.Denial { return o.egress.TakeDenials() }
+// a run's own, taken when it ends. The next run's network caps start
+// afresh.
+func (o *Opened) Denials() []api.Denial { return o.egress.NextRun() }
 
 // OpenSession builds the jail of a session (id names it) for req under
 // limits l: its interpreter, dependency environment and limits, fixed for
