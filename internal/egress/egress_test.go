@@ -502,3 +502,19 @@ func TestProxyNextRunRenewsTheTotals(t *testing.T) {
 		}
 	}
 }
+
+// A name that does not resolve is a failure to reach it (502), told
+// without the daemon's resolver, and no denial.
+func TestProxyUnresolvableName(t *testing.T) {
+	resolve := func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return nil, &net.DNSError{Err: "no such host", Name: host, Server: "10.9.8.7:53", IsNotFound: true}
+	}
+	f := newFixture(t, Config{Resolve: resolve}, "nowhere.example:80")
+	code, body, _ := get(t, f, "http://nowhere.example/")
+	if code != 502 || !strings.Contains(body, "cannot resolve nowhere.example: no such host") || strings.Contains(body, "10.9.8.7") {
+		t.Errorf("%d %q", code, body)
+	}
+	if d := f.p.TakeDenials(); len(d) != 0 {
+		t.Errorf("denials %+v", d)
+	}
+}

@@ -274,7 +274,17 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, error) {
 		addrs, err := p.e.cfg.Resolve(rctx, t.host)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("cannot resolve %s: %w", t.host, err)
+			// In the program's words, without the daemon's resolver.
+			why := "the lookup failed"
+			var dnsErr *net.DNSError
+			switch {
+			case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+				why = "no such host"
+			case errors.As(err, &dnsErr) && dnsErr.IsTimeout:
+				why = "the lookup timed out"
+			}
+			p.log.Debug("resolve", "host", t.host, "err", err)
+			return nil, fmt.Errorf("cannot resolve %s: %s", t.host, why)
 		}
 		found = addrs
 	}
@@ -387,7 +397,7 @@ func (p *Proxy) reserve(n int) int {
 func (p *Proxy) giveBack(n int) {
 	if n > 0 {
 		p.mu.Lock()
-		p.bytes -= int64(n)
+		p.bytes = max(p.bytes-int64(n), 0) // NextRun may have started afresh meanwhile
 		p.mu.Unlock()
 	}
 }
