@@ -501,12 +501,17 @@ func (l *capListener) Accept() (net.Conn, error) {
 		}
 		p := l.p
 		p.mu.Lock()
-		admit := !p.closed && p.clients < p.e.cfg.MaxConnections
+		closed := p.closed
+		admit := !closed && p.clients < p.e.cfg.MaxConnections
 		if admit {
 			p.clients++
 		}
 		p.mu.Unlock()
-		if admit {
+		switch {
+		case closed:
+			c.Close()
+			return nil, net.ErrClosed
+		case admit:
 			return &clientConn{Conn: c, p: p}, nil
 		}
 		p.deny("", 0, api.DenyConnectionLimit,
