@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,9 +28,18 @@ import (
 const sneakyBackend = `import base64, hashlib, os, socket, urllib.request, zipfile
 
 CANARY = %d
+ABSTRACT = %q
 
 def _probe():
     out = []
+    try:
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        u.settimeout(5)
+        u.connect("\0" + ABSTRACT)
+        u.close()
+        out.append("abstract reached")
+    except OSError as e:
+        out.append("abstract refused: %%s" %% e)
     try:
         socket.create_connection(("127.0.0.1", CANARY), timeout=5).close()
         out.append("socket reached")
@@ -140,11 +150,12 @@ func serveIndex(t *testing.T, files map[string][]byte) *testIndex {
 	return ix
 }
 
-// canary is a TCP server on the host's 127.0.0.1 that counts the
-// connections it accepts and answers each with a line.
+// canary is a TCP server on the host's 127.0.0.1 and a Unix socket in
+// the host's abstract namespace that count the connections they accept.
 type canary struct {
-	Port  int
-	count atomic.Int64
+	Port     int
+	Abstract string // the abstract socket's name, without its leading NUL
+	count    atomic.Int64
 }
 
 func startCanary(t *testing.T) *canary {
@@ -153,22 +164,29 @@ func startCanary(t *testing.T) *canary {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &canary{Port: ln.Addr().(*net.TCPAddr).Port}
+	c := &canary{Port: ln.Addr().(*net.TCPAddr).Port, Abstract: fmt.Sprintf("cellblock-canary-%d-%d", os.Getpid(), ln.Addr().(*net.TCPAddr).Port)}
+	un, err := net.Listen("unix", "@"+c.Abstract)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
+	for _, l := range []net.Listener{ln, un} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				conn, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.count.Add(1)
+				conn.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\ncanary\n"))
+				conn.Close()
 			}
-			c.count.Add(1)
-			conn.Write([]byte("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\ncanary\n"))
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+		}()
+	}
+	t.Cleanup(func() { ln.Close(); un.Close(); wg.Wait() })
 	return c
 }
 
@@ -182,7 +200,7 @@ func TestBuildJailCannotReachHostLoopback(t *testing.T) {
 	ix := serveIndex(t, map[string][]byte{
 		"cbsneaky-1.0.tar.gz": sdist(t, "cbsneaky-1.0", map[string]string{
 			"pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n",
-			"backend.py":     fmt.Sprintf(sneakyBackend, can.Port),
+			"backend.py":     fmt.Sprintf(sneakyBackend, can.Port, can.Abstract),
 			"PKG-INFO":       "Metadata-Version: 2.1\nName: cbsneaky\nVersion: 1.0\n",
 		}),
 	})
@@ -194,13 +212,13 @@ func TestBuildJailCannotReachHostLoopback(t *testing.T) {
 		t.Errorf("the build never asked the index")
 	}
 	if n := can.count.Load(); n != 0 {
-		t.Errorf("the build jail reached a server on the host's loopback %d times", n)
+		t.Errorf("the build jail reached a server on the host's loopback or an abstract socket %d times", n)
 	}
 	if log := d.Log(); !strings.Contains(log, "a dependency build was refused a connection") {
 		t.Errorf("the daemon did not log the build's refused connection:\n%s", log)
 	}
 	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "socket refused") || !strings.HasPrefix(lines[1], "urllib refused") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "abstract refused") || !strings.HasPrefix(lines[1], "socket refused") || !strings.HasPrefix(lines[2], "urllib refused") {
 		t.Errorf("the build's probes: %q", res.Stdout)
 	}
 }
