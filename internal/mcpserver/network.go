@@ -48,7 +48,7 @@ func networkAllowText(allow []api.NetPattern) string {
 		}
 	}
 	return fmt.Sprintf(`Network only when asked: list in "network_allow" each host:port the code must reach, within what this server allows: %s ("*.example.org:443" means any name below example.org, not example.org itself). `+
-		`The code then reaches exactly those over HTTP and HTTPS with urllib, http.client, requests or httpx (add the package to "dependencies"), pip or curl, through a proxy the sandbox names in HTTP_PROXY and HTTPS_PROXY; nothing else: no DNS lookups, no raw sockets. `+
+		`The code then reaches exactly those over HTTP and HTTPS with urllib.request, requests or httpx (add the package to "dependencies") or pip, through a proxy the sandbox names in HTTP_PROXY and HTTPS_PROXY, with no setup in the code; nothing else: no DNS lookups, no raw sockets. `+
 		`A connection to anything else fails with "403 cellblock refused ..." and is listed in the result's "denials". For example "network_allow": [%q] with code that calls urllib.request.urlopen("https://%s/").`,
 		patternsText(allow), example, strings.TrimSuffix(strings.TrimSuffix(example, ":443"), ":80"))
 }
