@@ -68,16 +68,6 @@ func TestDeepPEP723BlockIsRefusedCheaply(t *testing.T) {
 	}
 }
 
-// --allow-sdist lets package build code run in build jails that share the
-// host's network namespace: the daemon says so at every start.
-func TestAllowSdistWarnsAtStart(t *testing.T) {
-	d := startDaemon(t, "--prestart", "0", "--allow-sdist")
-	if log := d.Log(); !strings.Contains(log, `"level":"WARN","msg":"--allow-sdist: dependency builds run package build code`) ||
-		!strings.Contains(log, "loopback and its abstract Unix sockets") {
-		t.Errorf("no warning about --allow-sdist in the log:\n%s", log)
-	}
-}
-
 // asNobody runs a small Python HTTP client as uid 65534 (a user the
 // daemon's socket refuses) and returns the status it got for an MCP
 // initialize request to url with headers.

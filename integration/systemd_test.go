@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,8 +235,14 @@ exec setpriv --no-new-privs --bounding-set "$DROP_CAPS" "$@"
 	if err := os.WriteFile(wrap, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A server on the host's loopback for a run with network: the proxy's
+	// socket is made with setns(2), which needs CAP_SYS_ADMIN, kept.
+	hello := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	defer hello.Close()
+	allowed := "localhost:" + strconv.Itoa(hello.Listener.Addr().(*net.TCPAddr).Port)
 	d := startUnder(t, []string{"unshare", "--mount", "--propagation", "slave", wrap},
-		[]string{"DROP_CAPS=" + strings.Join(dropCaps, ",")}, filepath.Join(dir, "cellblockd.sock"))
+		[]string{"DROP_CAPS=" + strings.Join(dropCaps, ",")}, filepath.Join(dir, "cellblockd.sock"),
+		"--network-allow", allowed, "--network-allow-private")
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(d.Cmd.Process.Pid) + "/status")
 	if err != nil || !strings.Contains(string(status), "NoNewPrivs:\t1") {
 		t.Fatalf("the daemon does not run with no_new_privs: %v", err)
@@ -257,6 +266,11 @@ exec setpriv --no-new-privs --bounding-set "$DROP_CAPS" "$@"
 	}
 	if res := run(t, d, &api.RunRequest{Code: "while True: pass", TimeoutMs: 500}); !res.TimedOut {
 		t.Errorf("timeout under the sandbox: %+v", res)
+	}
+	res = runOK(t, d, &api.RunRequest{Code: "import urllib.request\nprint(urllib.request.urlopen('http://" + allowed + "/', timeout=30).read().decode())",
+		Network: &api.Network{Allow: []string{allowed}}})
+	if res.Stdout != "hello\n" {
+		t.Errorf("network under the sandbox: %q", res.Stdout)
 	}
 }
 

@@ -1,6 +1,7 @@
 package nsjail
 
 import (
+	"net"
 	"testing"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -10,8 +11,8 @@ import (
 )
 
 // TestBuildJailOptions covers what only the daemon's dependency build jails
-// use: a writable bind mount and the host's network namespace. A run spec
-// that sets neither keeps every mount read-only and its own network.
+// use: a writable bind mount. A run spec without it keeps every mount
+// read-only.
 func TestBuildJailOptions(t *testing.T) {
 	r := &Runner{initBinary: "/init", seccomp: &configs.Seccomp{DefaultAction: configs.Errno}, userns: &IDMap{HostID: 1e9, Size: 65536}, uid: layout.UID, gid: layout.GID}
 	s := validSpec()
@@ -27,18 +28,12 @@ func TestBuildJailOptions(t *testing.T) {
 	if f := flags["/tmp/links/0"]; f&unix.MS_RDONLY == 0 {
 		t.Errorf("mount without Writable is writable: %#x", f)
 	}
-	if !cfg.Namespaces.Contains(configs.NEWNET) || len(cfg.Networks) == 0 {
-		t.Errorf("a spec without HostNetwork must get its own network namespace with loopback")
-	}
-
-	s.HostNetwork = true
-	cfg = s.libcontainerConfig(r, "x")
-	if cfg.Namespaces.Contains(configs.NEWNET) || len(cfg.Networks) != 0 {
-		t.Errorf("HostNetwork: namespaces %v networks %v", cfg.Namespaces, cfg.Networks)
-	}
-	for _, ns := range []configs.NamespaceType{configs.NEWNS, configs.NEWPID, configs.NEWIPC, configs.NEWUTS, configs.NEWCGROUP, configs.NEWUSER} {
-		if !cfg.Namespaces.Contains(ns) {
-			t.Errorf("HostNetwork dropped namespace %s", ns)
+	// Every jail, a build's too, has its own network namespace with only
+	// loopback: a build reaches its index through the daemon's proxy.
+	for _, spec := range []*Spec{s, func() *Spec { b := *s; b.Egress = stubEgress{}; return &b }()} {
+		cfg := spec.libcontainerConfig(r, "x")
+		if !cfg.Namespaces.Contains(configs.NEWNET) || len(cfg.Networks) != 1 || cfg.Networks[0].Type != "loopback" {
+			t.Errorf("egress %v: namespaces %v networks %v", spec.Egress != nil, cfg.Namespaces, cfg.Networks)
 		}
 	}
 
@@ -49,4 +44,13 @@ func TestBuildJailOptions(t *testing.T) {
 	if uid, gid := r.JailHostID(); uid != layout.Nobody || gid != layout.Nobody {
 		t.Errorf("JailHostID without a user namespace = %d, %d", uid, gid)
 	}
+}
+
+// stubEgress serves nothing: what a spec with network looks like to the
+// parts that do not open its socket.
+type stubEgress struct{}
+
+func (stubEgress) Serve(ln net.Listener) map[string]string {
+	ln.Close()
+	return nil
 }

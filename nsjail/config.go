@@ -2,7 +2,6 @@ package nsjail
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/opencontainers/cgroups"
 	// The device rules need libcontainer's device cgroup support.
@@ -56,7 +55,9 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 
 	cfg := &configs.Config{
 		// 1. Namespaces: a private everything. The network namespace has
-		// only the loopback interface (brought up below).
+		// only the loopback interface (brought up below), in every jail:
+		// a run or build that may reach the network does so through a
+		// socket the daemon opens on that loopback (Egress).
 		Namespaces: configs.Namespaces{
 			{Type: configs.NEWNS},
 			{Type: configs.NEWPID},
@@ -127,12 +128,6 @@ func (s *Spec) libcontainerConfig(r *Runner, cgroupPath string) *configs.Config 
 		cfg.Mounts = append(cfg.Mounts, &configs.Mount{
 			Source: m.Source, Device: "bind", Destination: m.Destination, Flags: flags,
 		})
-	}
-	if s.HostNetwork {
-		// A build jail that must reach a package index: no network
-		// namespace of its own, so no loopback to set up either.
-		cfg.Namespaces = slices.DeleteFunc(cfg.Namespaces, func(n configs.Namespace) bool { return n.Type == configs.NEWNET })
-		cfg.Networks = nil
 	}
 	if r.userns != nil {
 		cfg.Namespaces = append(cfg.Namespaces, configs.Namespace{Type: configs.NEWUSER})

@@ -422,6 +422,12 @@ func (j *Jail) Launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (out
 // successor is being built beside it), which nothing in the answer needs.
 func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *Outcome, err error) {
 	out := &Outcome{Phases: Phases{Create: j.create, Prestarted: j.prestarted}}
+	if spec.Egress != nil {
+		// The proxy's environment goes into a copy: the caller may try
+		// the spec again in another jail.
+		cp := *spec
+		spec = &cp
+	}
 	if j.prestarted {
 		// Built before the request: only the launch is the run's.
 		out.Phases.Create = 0
@@ -521,7 +527,8 @@ func (j *Jail) heard(spec *Spec, l *listener) (*runner.Result, time.Duration) {
 	return &rep.res, rep.handover
 }
 
-// handOver gives spec's program to the init and returns when it started.
+// handOver gives spec's program to the init and returns when it started;
+// a spec with Egress gets its socket first, and the proxy's environment.
 // An error means it never started: the caller kills the jail. An init
 // that could not start it (AckFailed) is no error: it says why on stderr
 // and exits ExitSetupFailed, which the run reports like any exit.
@@ -534,6 +541,9 @@ func (j *Jail) handOver(spec *Spec) (started time.Time, err error) {
 	}
 	ctl, err := j.awaitReady()
 	if err != nil {
+		return time.Time{}, err
+	}
+	if err := j.attachEgress(spec); err != nil {
 		return time.Time{}, err
 	}
 	limits, err := j.limitRun(spec)

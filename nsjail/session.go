@@ -123,7 +123,7 @@ func (r *Runner) OpenSession(ctx context.Context, j *Jail, spec *Spec) (_ *Sessi
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	msg := spec.runMessage()
+	msg := open.runMessage() // with the proxy's environment, if any
 	frame, err := runner.EncodeSession(runner.SessionStart{Env: msg.Env, Limits: s.limits})
 	if err != nil {
 		return nil, err

@@ -75,10 +75,14 @@ type Spec struct {
 	// Mounts are extra bind mounts, read-only unless marked Writable.
 	Mounts []Mount
 	Limits Limits
-	// HostNetwork keeps the host's network namespace instead of a private
-	// one with only loopback. Only build jails that must reach a package
-	// index set it; runs never do.
-	HostNetwork bool
+	// Egress, when set, is the network the jail may reach: the jail's
+	// namespace keeps only its loopback, and Egress gets a socket
+	// listening there when the program is handed over (see Egress). It is
+	// no part of the jail's shape: a prestarted jail serves a run with or
+	// without it.
+	Egress Egress
+	// egressEnv is what Egress said the program's environment needs.
+	egressEnv map[string]string
 	// Runner, when set, carries the program out through the runner (package
 	// runner): an interpreter the jail's init starts with the jail, which
 	// gets the program over its own channel and reports values, exceptions
@@ -179,7 +183,8 @@ func threads(cpus float64) int {
 }
 
 // environ is the program's whole environment: the jail's own variables,
-// then the caller's, sorted for reproducibility.
+// then the caller's, then the proxy's (which a caller cannot point
+// elsewhere), sorted for reproducibility.
 func (s *Spec) environ() []string {
 	n := fmt.Sprint(threads(s.Limits.CPUs))
 	base := map[string]string{
@@ -206,6 +211,9 @@ func (s *Spec) environ() []string {
 		"GOMAXPROCS":             n,
 	}
 	for k, v := range s.Env {
+		base[k] = v
+	}
+	for k, v := range s.egressEnv {
 		base[k] = v
 	}
 	env := make([]string, 0, len(base))
@@ -275,7 +283,7 @@ func (s *Spec) initArgs() []string {
 // use each other's jails. It is a key for pools, not for display.
 func (s *Spec) Shape() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rootfs=%q tmp=%d nofile=%d hostnet=%t", s.Rootfs, s.Limits.TmpBytes, s.Limits.OpenFiles, s.HostNetwork)
+	fmt.Fprintf(&b, "rootfs=%q tmp=%d nofile=%d", s.Rootfs, s.Limits.TmpBytes, s.Limits.OpenFiles)
 	if s.Runner != nil {
 		fmt.Fprintf(&b, " runner=%q", s.Python)
 	}
@@ -289,15 +297,14 @@ func (s *Spec) Shape() string {
 }
 
 // sameJail reports whether a jail built for s can carry out o: everything
-// fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits,
-// network and the modules its runner preloads) must be equal. The program, its environment and the cgroup
+// fixed when a jail starts (its root, mounts, tmpfs sizes, rlimits and
+// the modules its runner preloads) must be equal. The program, its environment and the cgroup
 // limits are given when the jail is launched.
 func (s *Spec) sameJail(o *Spec) bool {
 	return s.Rootfs == o.Rootfs &&
 		slices.Equal(s.Mounts, o.Mounts) &&
 		s.Limits.TmpBytes == o.Limits.TmpBytes &&
 		s.Limits.OpenFiles == o.Limits.OpenFiles &&
-		s.HostNetwork == o.HostNetwork &&
 		(s.Runner == nil) == (o.Runner == nil) &&
 		(s.Runner == nil || s.Python == o.Python) &&
 		slices.Equal(s.Preload, o.Preload)

@@ -81,6 +81,12 @@ func TestEnvironAndArgv(t *testing.T) {
 			t.Errorf("environment lacks %s:\n%s", want, env)
 		}
 	}
+	// The proxy's variables win over the caller's.
+	s.Env["HTTPS_PROXY"] = "http://elsewhere:1"
+	s.egressEnv = map[string]string{"HTTPS_PROXY": "http://127.0.0.1:3128"}
+	if env := strings.Join(s.environ(), "\n"); !strings.Contains(env, "HTTPS_PROXY=http://127.0.0.1:3128") || strings.Contains(env, "elsewhere") {
+		t.Errorf("proxy environment:\n%s", env)
+	}
 	s.Stdin = []byte("in")
 	l := s.launch()
 	want := []string{"/usr/bin/python3", "/work/main.py", "a"}
@@ -176,13 +182,14 @@ func TestShapeMatchesSameJail(t *testing.T) {
 		"limits": func(s *Spec) { s.Limits.MemoryBytes, s.Limits.Pids, s.Limits.Timeout = 1<<30, 3, time.Hour },
 		"stdin":  func(s *Spec) { s.Stdin = []byte("x") },
 		"id":     func(s *Spec) { s.ID = "other" },
+		// The proxy's socket is made at the hand-over, in any jail.
+		"network": func(s *Spec) { s.Egress = stubEgress{} },
 	}
 	other := map[string]func(*Spec){
 		"rootfs":   func(s *Spec) { s.Rootfs = "/var/lib/cellblock/rootfs/y" },
 		"python":   func(s *Spec) { s.Python = "/usr/bin/python3.12" },
 		"tmp":      func(s *Spec) { s.Limits.TmpBytes = 2 << 20 },
 		"nofile":   func(s *Spec) { s.Limits.OpenFiles = 65 },
-		"network":  func(s *Spec) { s.HostNetwork = true },
 		"mount":    func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/usr/lib/cellblock-env"}} },
 		"writable": func(s *Spec) { s.Mounts = []Mount{{Source: "/env/a", Destination: "/d", Writable: true}} },
 		"runner":   func(s *Spec) { s.Runner = nil },

@@ -71,11 +71,19 @@ func run() error {
 		}
 		return nil
 	})
+	var netAllow []string
+	fs.Func("network-allow", "let run_python ask for network within this `PATTERN` (host:port, *.example.org:443, *:443; repeatable); without it run_python has no network_allow parameter and no network. cellblockd's own --network-allow bounds it too", func(v string) error {
+		if _, err := api.ParseNetPattern(v); err != nil {
+			return err
+		}
+		netAllow = append(netAllow, v)
+		return nil
+	})
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n"+
-			"                    [--preload-env REQUIREMENT ... [--preload MODULES]]\n\n"+
+			"                    [--preload-env REQUIREMENT ... [--preload MODULES]] [--network-allow PATTERN ...]\n\n"+
 			"Serves the MCP tools run_python, check_environment, validate_python and reset_session, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
 	}
@@ -128,7 +136,7 @@ func run() error {
 	if infoErr != nil {
 		log.Warn("cellblockd is not reachable; starting with generic tool descriptions", "socket", c.Socket(), "err", infoErr)
 	}
-	cfg := mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log}
+	cfg := mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log, NetworkAllow: netAllow}
 	if warm.Dependencies != nil {
 		cfg.Warm = &warm
 		go mcpserver.BuildWarmEnv(ctx, c, &warm, log)

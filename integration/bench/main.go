@@ -8,7 +8,8 @@
 // of both programs with 1 to 8 callers at once, against bare interpreter
 // starts, and the CPU time each run costs (throughput.go). Before the runs
 // and after them it reports the memory the daemons and their waiting
-// jails hold (footprint.go).
+// jails hold (footprint.go). Last, the latency the network proxy adds to
+// an HTTPS request (network.go).
 //
 // It starts its own cellblockd on a private socket; run it as root through
 // `make bench`.
@@ -67,6 +68,7 @@ func run() error {
 	n := flag.Int("n", 40, "iterations per runner")
 	tputRuns := flag.Int("throughput-runs", 60, "runs at each concurrency of the throughput bench (0: skip it)")
 	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs; its base name, [a-zA-Z0-9_-], names the cgroup subtrees)")
+	only := flag.String("only", "", "measure only this part: network")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sudo make bench): the daemon and runc need it")
@@ -110,6 +112,9 @@ func run() error {
 	}
 	fmt.Printf("machine: %d CPUs, kernel %s, cgroup mode %s, user namespace %v\n", numCPU(), kernel(), info.CgroupMode, info.UserNamespace)
 	fmt.Printf("interpreter: %s (Python %s), rootfs %s\n\n", hostPython, info.Pythons[0].Version, rootfsDir)
+	if *only == "network" {
+		return networkBench(bins, tmp, *stateDir, rootfsDir, pythonInRootfs, *n)
+	}
 	if err := footprint(fresh, "idle, no jails"); err != nil {
 		return err
 	}
@@ -254,7 +259,10 @@ func run() error {
 	if err := footprint(pre, "idle after the runs above, with a jail of the dependency's shape"); err != nil {
 		return err
 	}
-	return sessionBench(pre, *n)
+	if err := sessionBench(pre, *n); err != nil {
+		return err
+	}
+	return networkBench(bins, tmp, *stateDir, rootfsDir, pythonInRootfs, *n)
 }
 
 // phaseTable breaks n API calls on d down by the daemon's phases.

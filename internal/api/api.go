@@ -63,6 +63,9 @@ type RunRequest struct {
 	// SessionRequest), which keeps its globals between runs. Python,
 	// dependencies, env and the session-wide limits may not be set then.
 	Session string `json:"session,omitempty"`
+	// Network asks for egress to the hosts it allows (see Network); none
+	// without it.
+	Network *Network `json:"network,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -125,6 +128,8 @@ type Result struct {
 	Display []DisplayItem `json:"display,omitempty"`
 	// Session is the session the run ran in, after it; nil outside one.
 	Session *SessionState `json:"session,omitempty"`
+	// Denials are what the sandbox refused the program (see Denial).
+	Denials []Denial `json:"denials,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -195,6 +200,8 @@ type Info struct {
 	Dependencies *DependencyInfo `json:"dependencies,omitempty"`
 	// Display is what a run's rich output, value and exception may take.
 	Display *DisplayCaps `json:"display,omitempty"`
+	// NetworkPolicy is what runs may ask of the network, and its caps.
+	NetworkPolicy *NetworkInfo `json:"network_policy,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -320,6 +327,9 @@ func (r *RunRequest) Validate() *Error {
 		return err
 	}
 	if err := r.validateSessionRun(); err != nil {
+		return err
+	}
+	if err := r.Network.validate(); err != nil {
 		return err
 	}
 	for _, c := range []struct {

@@ -50,13 +50,15 @@ type SessionRequest struct {
 	// IdleTimeoutMs ends the session after this long without a run
 	// (default DefaultSessionIdle, at most the daemon's maximum).
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
+	// Network is the session's egress, for all its runs (see Network).
+	Network *Network `json:"network,omitempty"`
 }
 
 // AsRun is the run request whose rules the session's fields follow:
 // the same validation and the same limits.
 func (r *SessionRequest) AsRun() *RunRequest {
 	return &RunRequest{Code: "\n", Python: r.Python, Dependencies: r.Dependencies, Env: r.Env,
-		MemoryBytes: r.MemoryBytes, Pids: r.Pids, CPUs: r.CPUs, TmpBytes: r.TmpBytes}
+		MemoryBytes: r.MemoryBytes, Pids: r.Pids, CPUs: r.CPUs, TmpBytes: r.TmpBytes, Network: r.Network}
 }
 
 // Validate checks the request's shape; it returns an *Error naming the
@@ -111,6 +113,8 @@ type Session struct {
 	Python      string       `json:"python,omitempty"`
 	Limits      *Limits      `json:"limits,omitempty"`
 	Environment *Environment `json:"environment,omitempty"`
+	// Network is the egress the session was created with, if any.
+	Network *Network `json:"network,omitempty"`
 	// MemoryBytes is the memory the session holds now.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// Variables are the globals its code defined, as of its last run:
@@ -166,6 +170,7 @@ func (r *RunRequest) validateSessionRun() *Error {
 		{"pids", r.Pids != 0},
 		{"cpus", r.CPUs != 0},
 		{"tmp_bytes", r.TmpBytes != 0},
+		{"network", r.Network != nil},
 	} {
 		if f.set {
 			return Errorf(ErrBadRequest, f.name, "is fixed when a session is created (%s); a run in session %q cannot set it", PathSessions, r.Session)

@@ -70,6 +70,8 @@ type Entry struct {
 	// Environment is the dependency environment the run got, if any.
 	Environment *Environment `json:"environment,omitempty"`
 	Limits      *api.Limits  `json:"limits,omitempty"`
+	// Network is the egress allowlist the request asked for, if any.
+	Network []string `json:"network,omitempty"`
 
 	ExitCode        int        `json:"exit_code"`
 	TimedOut        bool       `json:"timed_out"`
@@ -81,6 +83,9 @@ type Entry struct {
 	MemoryPeakBytes int64      `json:"memory_peak_bytes"`
 	StdoutBytes     int        `json:"stdout_bytes"`
 	StderrBytes     int        `json:"stderr_bytes"`
+	// Denials are what the sandbox refused the run (the result's, which
+	// are bounded).
+	Denials []api.Denial `json:"denials,omitempty"`
 }
 
 // Environment is what the audit log keeps of a run's environment.
@@ -113,6 +118,9 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		if norm, err := envs.Normalize(e.Requirements); err == nil {
 			e.Requirements = norm
 		}
+		if req.Network != nil {
+			e.Network = req.Network.Allow
+		}
 	}
 	if res := rec.Result; res != nil {
 		e.RunID = res.RunID
@@ -129,6 +137,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		e.ExitCode, e.TimedOut, e.OOMKilled, e.Error = res.ExitCode, res.TimedOut, res.OOMKilled, res.Error
 		e.DurationMs, e.CPUMs, e.MemoryPeakBytes = res.DurationMs, res.CPUMs, res.MemoryPeakBytes
 		e.StdoutBytes, e.StderrBytes = len(res.Stdout), len(res.Stderr)
+		e.Denials = res.Denials
 	}
 	return e
 }

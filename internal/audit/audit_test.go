@@ -22,12 +22,15 @@ const secretCode = "# /// script\n# dependencies = [\"rich\"]\n# ///\nprint('the
 func sampleRun() record.Run {
 	limits := api.Limits{TimeoutMs: 1000, MemoryBytes: 64 << 20, Pids: 16, CPUs: 1, OutputBytes: 1024, TmpBytes: 1 << 20}
 	return record.Run{
-		Peer:    peercred.Peer{UID: 1000, GID: 1001, PID: 4242},
-		Request: &api.RunRequest{Code: secretCode, Dependencies: []string{"requests<3", "rich"}, Python: "3.11"},
+		Peer: peercred.Peer{UID: 1000, GID: 1001, PID: 4242},
+		Request: &api.RunRequest{Code: secretCode, Dependencies: []string{"requests<3", "rich"}, Python: "3.11",
+			Network: &api.Network{Allow: []string{"api.example.org:443"}}},
 		Result: &api.Result{
 			RunID: "r0123", Python: "3.11.2", ExitCode: 0, DurationMs: 12, CPUMs: 9, MemoryPeakBytes: 5 << 20,
 			Stdout: "the secret is 42\n", Limits: &limits,
 			Environment: &api.Environment{ID: "env1", CacheHit: true, Packages: []api.Package{{Name: "rich", Version: "13.7.1"}}},
+			Denials: []api.Denial{{Kind: api.DenialNetwork, Detail: "CONNECT evil.example:443: not allowed", Host: "evil.example",
+				Port: 443, Reason: api.DenyNotAllowed, Count: 2}},
 		},
 		Started:  time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		Duration: 150 * time.Millisecond,
@@ -98,6 +101,12 @@ func TestEntryFieldsAndNoCode(t *testing.T) {
 	}
 	if _, ok := e["code"]; ok {
 		t.Error("code present without IncludeCode")
+	}
+	if fmt.Sprint(e["network"]) != "[api.example.org:443]" {
+		t.Errorf("network %v", e["network"])
+	}
+	if d, _ := e["denials"].([]any); len(d) != 1 || fmt.Sprint(d[0]) != "map[count:2 detail:CONNECT evil.example:443: not allowed host:evil.example kind:network port:443 reason:not_allowed]" {
+		t.Errorf("denials %v", e["denials"])
 	}
 	if r := lines[1]; r["outcome"] != "refused" || r["uid"] != 7.0 || r["code_sha256"] != nil {
 		t.Errorf("refused request: %v", r)

@@ -19,22 +19,23 @@ type jailFields struct {
 	env               *map[string]string
 	memory, pids, tmp *int64
 	cpus              *float64
+	network           **api.Network
 }
 
 // runJail is the jail of a run request.
 func runJail(r *api.RunRequest) jailFields {
 	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
-		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs}
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network}
 }
 
 // sessionJail is the jail of a session request.
 func sessionJail(r *api.SessionRequest) jailFields {
 	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
-		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs}
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network}
 }
 
 // jailFlagNames are the flags addJailFlags defines, as usage lists them.
-var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", "tmp"}
+var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", "tmp", "allow-net"}
 
 // addJailFlags defines the flags that fix a jail on fs, storing into j.
 func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
@@ -45,6 +46,29 @@ func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
 	fs.Var(countValue{j.pids}, "pids", "")
 	fs.Var(cpusValue{j.cpus}, "cpus", "")
 	fs.Var(sizeValue{j.tmp}, "tmp", "")
+	fs.Var(allowNetValue{j.network}, "allow-net", "")
+}
+
+// allowNetValue is --allow-net HOST:PORT: an entry of the request's
+// network allowlist.
+type allowNetValue struct{ network **api.Network }
+
+func (v allowNetValue) String() string {
+	if v.network == nil || *v.network == nil {
+		return ""
+	}
+	return strings.Join((*v.network).Allow, " ")
+}
+
+func (v allowNetValue) Set(s string) error {
+	if _, err := api.ParseNetPattern(s); err != nil {
+		return err
+	}
+	if *v.network == nil {
+		*v.network = &api.Network{}
+	}
+	(*v.network).Allow = append((*v.network).Allow, s)
+	return nil
 }
 
 // flagsGiven lists which of names were given on the command line fs
@@ -74,8 +98,8 @@ func checkSessionFlag(fs *flag.FlagSet, id string, fixed []string) error {
 		return errors.New("--session: want a session ID (see 'cellblock session ls')")
 	}
 	if names := flagsGiven(fs, fixed); len(names) > 0 {
-		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment "+
-			"and limits are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
+		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment, "+
+			"limits and network are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
 	}
 	return nil
 }

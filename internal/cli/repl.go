@@ -65,7 +65,8 @@ Flags:
                        daemon's default)
   -q                   print no banner
   --python VERSION, --with REQUIREMENT, --env KEY=VALUE, --memory SIZE,
-  --pids N, --cpus N, --tmp SIZE, --idle-timeout DURATION
+  --pids N, --cpus N, --tmp SIZE, --allow-net HOST:PORT,
+  --idle-timeout DURATION
                        for the session repl creates, as in 'cellblock
                        session new'; not with --session
   --socket PATH        the daemon's socket (else $CELLBLOCK_SOCKET, else

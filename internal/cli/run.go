@@ -55,11 +55,18 @@ Flags:
   --python VERSION     interpreter to use, by version prefix: 3.12
   --env KEY=VALUE      set a variable for the program (repeatable); a bare
                        KEY copies its value from this environment
+  --allow-net HOST:PORT
+                       let the program reach HOST:PORT over HTTP(S) through
+                       cellblockd's proxy (repeatable): api.example.org:443,
+                       *.example.org:443 for any name below example.org;
+                       within what the daemon allows ('cellblock info').
+                       Without it the program has no network at all
   --session ID         run in that session's interpreter, which keeps its
                        globals, imports and /work from run to run (see
                        'cellblock session'); the session fixed --python,
-                       --with, --env, --memory, --pids, --cpus and --tmp
-                       when it was created: they cannot be given here
+                       --with, --env, --memory, --pids, --cpus, --tmp and
+                       --allow-net when it was created: they cannot be
+                       given here
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -320,6 +327,9 @@ func notes(res *api.Result, req *api.RunRequest) []string {
 			n = append(n, "cellblock: killed: out of memory")
 		}
 	}
+	for _, d := range res.Denials {
+		n = append(n, "cellblock: "+describeDenial(d))
+	}
 	if s := res.Session; s != nil && s.State == api.SessionLost {
 		n = append(n, fmt.Sprintf("cellblock: session %s lost its interpreter: its state is gone, and it refuses runs until deleted (cellblock session rm %s)", s.ID, s.ID))
 	}
@@ -433,6 +443,11 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		what = "--tmp"
 	case "session":
 		what = "--session"
+	case "network", "network.allow":
+		what = "--allow-net"
+		if index >= 0 && req.Network != nil && index < len(req.Network.Allow) {
+			what = fmt.Sprintf("--allow-net %q", req.Network.Allow[index])
+		}
 	}
 	return what + ": " + e.Message
 }

@@ -100,6 +100,7 @@ func TestParseRun(t *testing.T) {
 			"--with", "requests", "--with", "rich>=13", "--python", "3.12",
 			"--env", "A=1", "--env", "B=x=y", "--env", "FROM_CLIENT", "--env", "UNSET",
 			"--env", "EMPTY", "--env", "C=", "--tmp", "256M", "-i", "--json", "--socket", "/s",
+			"--allow-net", "api.example.org:443", "--allow-net", "*.files.example.org:443",
 			"prog.py", "arg",
 		},
 		want: runOptions{
@@ -112,6 +113,7 @@ func TestParseRun(t *testing.T) {
 				Python:       "3.12",
 				Env:          map[string]string{"A": "1", "B": "x=y", "FROM_CLIENT": "copied", "EMPTY": "", "C": ""},
 				TmpBytes:     256 << 20,
+				Network:      &api.Network{Allow: []string{"api.example.org:443", "*.files.example.org:443"}},
 			},
 			stdin:  true,
 			json:   true,
@@ -164,6 +166,8 @@ func TestParseRunErrors(t *testing.T) {
 		{[]string{"--input", "n", "x.py"}, "NAME=JSON"},
 		{[]string{"--input", "s=text", "x.py"}, "not JSON"},
 		{[]string{"--cell=maybe", "x.py"}, "-cell"},
+		{[]string{"--allow-net", "example.org", "x.py"}, "-allow-net"},
+		{[]string{"--allow-net", "example.org:*", "x.py"}, "explicit port"},
 	} {
 		inv, _, _ := testInvocation("", nil)
 		_, err := inv.parseRun(tc.args)

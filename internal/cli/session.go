@@ -54,6 +54,8 @@ daemon's defaults, see 'cellblock info'):
   --pids N                 most processes and threads at once
   --cpus N                 CPU quota in cores: 0.5, 2
   --tmp SIZE               size of each of /tmp, /work and /dev/shm
+  --allow-net HOST:PORT    let its runs reach HOST:PORT through cellblockd's
+                           network proxy (repeatable), as in 'cellblock run'
   --idle-timeout DURATION  end the session after this long without a run:
                            30m, 1h (default 10m, at most the daemon's
                            maximum)
@@ -257,6 +259,9 @@ func writeSession(w io.Writer, s *api.Session, now time.Time) {
 	}
 	if s.Environment != nil {
 		fmt.Fprintf(tw, "dependencies\t%s\n", packageList(s.Environment.Packages))
+	}
+	if s.Network.Wants() {
+		fmt.Fprintf(tw, "network\t%s\n", strings.Join(s.Network.Allow, ", "))
 	}
 	fmt.Fprintf(tw, "owner\tuid %d\n", s.OwnerUID)
 	tw.Flush()

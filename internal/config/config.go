@@ -78,6 +78,17 @@ const (
 	DefaultEnvBuildMemory = 1 << 30
 )
 
+// Defaults of network egress (see package egress).
+const (
+	// DefaultNetworkMaxConnections is how many connections a run may have
+	// open through its proxy at once; DefaultNetworkMaxConnectionsTotal
+	// how many it may make in all; DefaultNetworkMaxBytes how many bytes
+	// they may carry in all.
+	DefaultNetworkMaxConnections      = 32
+	DefaultNetworkMaxConnectionsTotal = 1024
+	DefaultNetworkMaxBytes            = 1 << 30
+)
+
 // Config is cellblockd's whole configuration.
 type Config struct {
 	// Socket is the Unix socket the API is served on (unless systemd
@@ -175,6 +186,18 @@ type Config struct {
 	// AuditCode writes each run's code into the audit log; otherwise only
 	// its SHA-256 and size are.
 	AuditCode bool
+	// NetworkAllow is the most a run may ask of the network
+	// (network.allow patterns); empty gives no run any network.
+	NetworkAllow []string
+	// NetworkAllowPrivate lets allowed names resolve to loopback and
+	// private addresses.
+	NetworkAllowPrivate bool
+	// NetworkMaxConnections, NetworkMaxConnectionsTotal and
+	// NetworkMaxBytes cap each run's (and build's) connections through
+	// its proxy: open at once, made in all, and bytes in all.
+	NetworkMaxConnections      int
+	NetworkMaxConnectionsTotal int
+	NetworkMaxBytes            int64
 }
 
 // Default returns the default configuration.
@@ -207,6 +230,10 @@ func Default() Config {
 
 		AuditLogMaxBytes: DefaultAuditLogMaxBytes,
 		AuditLogKeep:     DefaultAuditLogKeep,
+
+		NetworkMaxConnections:      DefaultNetworkMaxConnections,
+		NetworkMaxConnectionsTotal: DefaultNetworkMaxConnectionsTotal,
+		NetworkMaxBytes:            DefaultNetworkMaxBytes,
 		Defaults: api.Limits{
 			TimeoutMs:   DefaultTimeout.Milliseconds(),
 			MemoryBytes: DefaultMemory,
@@ -307,6 +334,18 @@ func (c *Config) Validate() error {
 	}
 	if c.EnvBuildMemory < 64<<20 {
 		errs = append(errs, fmt.Errorf("--env-build-memory %d must be at least 64 MiB", c.EnvBuildMemory))
+	}
+	if _, aerr := api.ParseNetPatterns("--network-allow", c.NetworkAllow); aerr != nil {
+		errs = append(errs, fmt.Errorf("%s: %s", aerr.Field, aerr.Message))
+	}
+	if c.NetworkMaxConnections < 1 || c.NetworkMaxConnections > 65536 {
+		errs = append(errs, fmt.Errorf("--network-max-connections %d must be between 1 and 65536", c.NetworkMaxConnections))
+	}
+	if c.NetworkMaxConnectionsTotal < 1 {
+		errs = append(errs, fmt.Errorf("--network-max-connections-total %d must be positive", c.NetworkMaxConnectionsTotal))
+	}
+	if c.NetworkMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("--network-max-bytes %d must be positive", c.NetworkMaxBytes))
 	}
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||

@@ -25,19 +25,23 @@ func TestDefaultIsValid(t *testing.T) {
 
 func TestValidateNamesTheFlag(t *testing.T) {
 	for flag, mutate := range map[string]func(*Config){
-		"--socket":              func(c *Config) { c.Socket = "rel.sock" },
-		"--state-dir":           func(c *Config) { c.StateDir = "state" },
-		"--cgroup-name":         func(c *Config) { c.CgroupName = "../evil" },
-		"--max-concurrent":      func(c *Config) { c.MaxConcurrent = -1 },
-		"--queue":               func(c *Config) { c.QueueSize = -1 },
-		"--prestart":            func(c *Config) { c.Prestart = MaxPrestart + 1 },
-		"--userns":              func(c *Config) { c.UserNS = "maybe" },
-		"--userns-base":         func(c *Config) { c.UserNSBase = 0 },
-		"--log-format":          func(c *Config) { c.LogFormat = "xml" },
-		"--no-index":            func(c *Config) { c.NoIndex, c.IndexURL = true, "https://x" },
-		"--display-item-bytes":  func(c *Config) { c.DisplayItemBytes = 1<<10 - 1 },
-		"--display-total-bytes": func(c *Config) { c.DisplayTotalBytes = MaxDisplayTotalBytes + 1 },
-		"default limits":        func(c *Config) { c.Defaults.TimeoutMs = c.Maxima.TimeoutMs + 1 },
+		"--socket":                        func(c *Config) { c.Socket = "rel.sock" },
+		"--state-dir":                     func(c *Config) { c.StateDir = "state" },
+		"--cgroup-name":                   func(c *Config) { c.CgroupName = "../evil" },
+		"--max-concurrent":                func(c *Config) { c.MaxConcurrent = -1 },
+		"--queue":                         func(c *Config) { c.QueueSize = -1 },
+		"--prestart":                      func(c *Config) { c.Prestart = MaxPrestart + 1 },
+		"--userns":                        func(c *Config) { c.UserNS = "maybe" },
+		"--userns-base":                   func(c *Config) { c.UserNSBase = 0 },
+		"--log-format":                    func(c *Config) { c.LogFormat = "xml" },
+		"--no-index":                      func(c *Config) { c.NoIndex, c.IndexURL = true, "https://x" },
+		"--display-item-bytes":            func(c *Config) { c.DisplayItemBytes = 1<<10 - 1 },
+		"--display-total-bytes":           func(c *Config) { c.DisplayTotalBytes = MaxDisplayTotalBytes + 1 },
+		"default limits":                  func(c *Config) { c.Defaults.TimeoutMs = c.Maxima.TimeoutMs + 1 },
+		"--network-allow[1]":              func(c *Config) { c.NetworkAllow = []string{"ok.example:443", "no-port.example"} },
+		"--network-max-connections":       func(c *Config) { c.NetworkMaxConnections = 0 },
+		"--network-max-connections-total": func(c *Config) { c.NetworkMaxConnectionsTotal = -1 },
+		"--network-max-bytes":             func(c *Config) { c.NetworkMaxBytes = 0 },
 	} {
 		c := Default()
 		mutate(&c)

@@ -28,6 +28,7 @@ import (
 	"github.com/cellblock/cellblock/internal/audit"
 	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/internal/deps"
+	"github.com/cellblock/cellblock/internal/egress"
 	"github.com/cellblock/cellblock/internal/metrics"
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
@@ -205,10 +206,21 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if cfg.AllowSdist {
-		// Until build jails get a network namespace of their own.
-		log.Warn("--allow-sdist: dependency builds run package build code in build jails that share the host's network namespace whenever an index is configured; that code can reach services on the host's loopback and its abstract Unix sockets",
-			"no_index", cfg.NoIndex)
+	netAllow, aerr := api.ParseNetPatterns("--network-allow", cfg.NetworkAllow)
+	if aerr != nil {
+		return aerr // Validate checked them
+	}
+	eg, err := egress.New(egress.Config{
+		Allow:               netAllow,
+		AllowPrivate:        cfg.NetworkAllowPrivate,
+		MaxConnections:      cfg.NetworkMaxConnections,
+		MaxConnectionsTotal: cfg.NetworkMaxConnectionsTotal,
+		MaxBytes:            cfg.NetworkMaxBytes,
+		OnDenial:            stats.NetworkDenial,
+		Log:                 log,
+	})
+	if err != nil {
+		return err
 	}
 	dm, err := deps.Open(deps.Config{
 		Dir:          filepath.Join(cfg.StateDir, "envs"),
@@ -219,6 +231,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		BuildCPUs:    cfg.Maxima.CPUs,
 		CacheBytes:   cfg.EnvCacheSize,
 		Runner:       runner,
+		Egress:       eg,
 		Log:          log,
 	})
 	if err != nil {
@@ -237,6 +250,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		PrestartIdle:   cfg.PrestartIdle,
 		OpenFiles:      config.DefaultOpenFiles,
 		Reports:        reportLimits(cfg),
+		Egress:         eg,
 		Log:            log,
 	}, py)
 	if err != nil {
@@ -260,7 +274,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 				if err != nil {
 					return nil, err
 				}
-				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release}, nil
+				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release, Denials: o.Denials}, nil
 			},
 			Result: runs.ResultOf,
 			Event:  stats.SessionEvent,
@@ -306,7 +320,8 @@ func run(cfg config.Config, log *slog.Logger) error {
 	stats.SetPrestartReady(exec.PrestartReady)
 
 	log.Info("cellblockd ready", "version", Version, "socket", ln.Addr().String(), "python", py.Version,
-		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent, "audit_log", cfg.AuditLog)
+		"cgroup_mode", string(cgRoot.Mode()), "user_namespace", runner.UserNamespace(), "max_concurrent", cfg.MaxConcurrent, "audit_log", cfg.AuditLog,
+		"network_allow", cfg.NetworkAllow, "network_allow_private", cfg.NetworkAllowPrivate)
 	_, _ = daemon.SdNotify(false, daemon.SdNotifyReady)
 	wd.serving(ln.Addr().String())
 	err = srv.Serve(ctx, ln, cfg.ShutdownGrace)

@@ -131,6 +131,14 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Var(size{&cfg.AuditLogMaxBytes}, "audit-log-max-size", "size past which the audit log is rotated (default 64M)")
 	fs.IntVar(&cfg.AuditLogKeep, "audit-log-keep", cfg.AuditLogKeep, "rotated audit logs kept")
 	fs.BoolVar(&cfg.AuditCode, "audit-code", cfg.AuditCode, "write each run's code into the audit log (default: only its SHA-256 and size)")
+	fs.Func("network-allow", "the most any run may ask of the network: a HOST:PORT pattern (api.example.org:443, *.example.org:443, *:443) that runs' network.allow must stay within (repeatable; none by default: no run gets network)", func(v string) error {
+		cfg.NetworkAllow = append(cfg.NetworkAllow, v)
+		return nil
+	})
+	fs.BoolVar(&cfg.NetworkAllowPrivate, "network-allow-private", cfg.NetworkAllowPrivate, "let allowed names resolve to loopback, private and other special-purpose addresses (for internal mirrors and tests; cloud metadata endpoints stay refused)")
+	fs.IntVar(&cfg.NetworkMaxConnections, "network-max-connections", cfg.NetworkMaxConnections, "connections a run may have open through its network proxy at once")
+	fs.IntVar(&cfg.NetworkMaxConnectionsTotal, "network-max-connections-total", cfg.NetworkMaxConnectionsTotal, "connections a run may make through its network proxy in all")
+	fs.Var(size{&cfg.NetworkMaxBytes}, "network-max-bytes", "bytes a run's network connections may carry in all, both ways (default 1G)")
 
 	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
 	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")

@@ -62,3 +62,32 @@ func TestDisplayFlags(t *testing.T) {
 		}
 	}
 }
+
+// The network flags: repeatable patterns checked by config.Validate, the
+// private switch, and the caps in the flags' syntax.
+func TestNetworkFlags(t *testing.T) {
+	cfg := config.Default()
+	fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	flags(fs, &cfg, new(intList), new(stringList))
+	if err := fs.Parse([]string{"--network-allow", "api.example.org:443", "--network-allow", "*.example.net:443",
+		"--network-allow-private", "--network-max-connections", "8", "--network-max-connections-total", "100", "--network-max-bytes", "64M"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.NetworkAllow) != 2 || !cfg.NetworkAllowPrivate || cfg.NetworkMaxConnections != 8 ||
+		cfg.NetworkMaxConnectionsTotal != 100 || cfg.NetworkMaxBytes != 64<<20 {
+		t.Errorf("config %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	def := config.Default()
+	if len(def.NetworkAllow) != 0 || def.NetworkAllowPrivate || def.NetworkMaxConnections != config.DefaultNetworkMaxConnections ||
+		def.NetworkMaxConnectionsTotal != config.DefaultNetworkMaxConnectionsTotal || def.NetworkMaxBytes != config.DefaultNetworkMaxBytes {
+		t.Errorf("defaults %+v", def)
+	}
+	cfg.NetworkAllow = append(cfg.NetworkAllow, "no-port.example")
+	if err := cfg.Validate(); err == nil {
+		t.Error("a pattern without a port passed")
+	}
+}

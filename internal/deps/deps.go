@@ -16,8 +16,10 @@
 //     the jail user, is bind-mounted writable over the rootfs's empty
 //     site-packages directory and is the only thing the jail can write
 //     besides its tmpfs mounts; the --find-links directories (and uv) are
-//     bind-mounted read-only. The jail gets the host's network only when
-//     an index must be reached (no --no-index); runs never do.
+//     bind-mounted read-only. Its network namespace has only loopback, as a
+//     run's; when an index must be reached (no --no-index) the daemon's
+//     proxy (package egress) listens there and lets it reach the index's
+//     host and port, and nothing else.
 //  4. The installer is uv when it is on the daemon's PATH, else pip from
 //     the rootfs's own ensurepip wheel, run straight from the wheel
 //     (PYTHONPATH=<wheel> python -m pip), else the build fails saying so.
@@ -53,6 +55,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/egress"
 	"github.com/cellblock/cellblock/internal/pep723"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/rootfs"
@@ -97,6 +100,9 @@ type Config struct {
 	CacheBytes int64
 	// Runner builds the build jails: the daemon's, after its probe.
 	Runner *nsjail.Runner
+	// Egress makes the proxy through which a build reaches the index;
+	// without it builds that need an index cannot reach it.
+	Egress *egress.Egress
 	Log    *slog.Logger
 }
 
@@ -105,6 +111,7 @@ type Config struct {
 type Manager struct {
 	store  *envs.Store
 	runner *nsjail.Runner
+	egress *egress.Egress
 	index  envs.Index
 	policy envs.Policy
 	// uv is the host path of uv and uvVersion what `uv --version` said;
@@ -125,6 +132,7 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	d := &Manager{
 		runner: cfg.Runner,
+		egress: cfg.Egress,
 		index:  envs.Index{URL: cfg.Index.URL, NoIndex: cfg.Index.NoIndex},
 		policy: envs.PolicyWheelsOnly,
 		log:    log,
@@ -462,20 +470,25 @@ func (d *Manager) builder(py rootfs.Python, site string, spec envs.Spec) envs.Bu
 			ScriptName: buildScriptName,
 			// The jail's PYTHONDONTWRITEBYTECODE=1 is for runs; a build
 			// compiles the packages' bytecode once, for every run.
-			Env:         map[string]string{"PYTHONDONTWRITEBYTECODE": ""},
-			Mounts:      []nsjail.Mount{{Source: dir, Destination: site, Writable: true}},
-			HostNetwork: spec.NeedsNetwork(),
-			Limits:      d.limits,
+			Env:    map[string]string{"PYTHONDONTWRITEBYTECODE": ""},
+			Mounts: []nsjail.Mount{{Source: dir, Destination: site, Writable: true}},
+			Limits: d.limits,
 		}
 		for i, l := range spec.FindLinks {
 			p := fmt.Sprintf("%s/%d", buildFindLinksDir, i)
 			js.Mounts = append(js.Mounts, nsjail.Mount{Source: l, Destination: p})
 			in.FindLinks = append(in.FindLinks, p)
 		}
-		if js.HostNetwork {
-			// An empty resolv.conf is all the rootfs has.
-			if conf, err := filepath.EvalSymlinks("/etc/resolv.conf"); err == nil {
-				js.Mounts = append(js.Mounts, nsjail.Mount{Source: conf, Destination: "/etc/resolv.conf"})
+		if spec.NeedsNetwork() && d.egress != nil {
+			// The index only, through the daemon's proxy, which resolves
+			// its name: the jail has no DNS and no route.
+			proxy, err := d.egress.ForBuild(js.ID, spec.URL)
+			if err != nil {
+				return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, err)
+			}
+			if proxy != nil {
+				js.Egress = proxy
+				defer func() { d.noteDenials(id, proxy.Close()) }()
 			}
 		}
 		var installer string
@@ -500,7 +513,7 @@ func (d *Manager) builder(py rootfs.Python, site string, spec envs.Spec) envs.Bu
 			return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, err)
 		}
 		d.log.Info("environment build jail", "env", id, "installer", installer, "python", py.Version,
-			"requirements", spec.Requirements, "network", js.HostNetwork)
+			"requirements", spec.Requirements, "network", js.Egress != nil)
 		out, err := d.runner.Run(ctx, js, nil)
 		if err != nil {
 			return envs.BuildResult{}, fmt.Errorf("build environment %s: %w", id, err)
@@ -527,6 +540,15 @@ func (d *Manager) builder(py rootfs.Python, site string, spec envs.Spec) envs.Bu
 			res.WheelHashes = hashes
 		}
 		return res, nil
+	}
+}
+
+// noteDenials logs what a build's proxy refused: an index whose pages
+// link to files on another host, or package build code reaching out.
+func (d *Manager) noteDenials(id string, denials []api.Denial) {
+	for _, dn := range denials {
+		d.log.Warn("a dependency build was refused a connection; builds reach only the package index",
+			"env", id, "host", dn.Host, "port", dn.Port, "reason", dn.Reason, "count", dn.Count, "detail", dn.Detail)
 	}
 }
 

@@ -30,6 +30,7 @@ var argKind = map[string]string{
 	"memory_mb":       "a number of MiB, such as 256",
 	"inputs":          `an object mapping names to JSON values, such as {"n": 3, "rows": [[1, 2], [3, 4]]}`,
 	"session":         `a string naming the session, such as "analysis"`,
+	"network_allow":   `an array of host:port strings, such as ["api.github.com:443"]`,
 }
 
 var versionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
@@ -91,6 +92,9 @@ type runArgs struct {
 	Inputs map[string]json.RawMessage `json:"inputs"`
 	// Session names the session to run in; "" runs in a fresh jail.
 	Session string `json:"session"`
+	// NetworkAllow is the run's network allowlist (only on a server
+	// that allows network; see network.go).
+	NetworkAllow []string `json:"network_allow"`
 }
 
 var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs", "session"}

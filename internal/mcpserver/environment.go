@@ -31,7 +31,7 @@ func (h *handler) checkEnvironment(ctx context.Context, _ mcp.CallToolRequest) (
 	wasGeneric := h.currentInfo() == nil
 	h.adoptInfo(info)
 
-	text := environmentText(info, h.client.Socket(), h.version)
+	text := environmentText(info, h.client.Socket(), h.version) + networkNote(h.netAllow)
 	if wasGeneric {
 		text += "\n\nNote: cellblockd was not reachable when cellblock-mcp started"
 		if h.startErr != nil {

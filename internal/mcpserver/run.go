@@ -16,10 +16,13 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	h.refreshInfo(ctx)
 
 	var args runArgs
-	if err := decodeArgs(req, &args, runArgNames...); err != nil {
+	if err := decodeArgs(req, &args, h.runArgNames()...); err != nil {
 		return textResult("Nothing was run: "+err.Error()+".", true), nil
 	}
 	rr, err := args.request(h.currentInfo())
+	if err == nil {
+		err = h.networkRequest(&args, rr)
+	}
 	if err != nil {
 		return textResult("Nothing was run: "+err.Error()+".", true), nil
 	}
@@ -61,6 +64,7 @@ func runResult(res *api.Result, info *api.Info) *mcp.CallToolResult {
 		b.WriteString(usageText(res))
 		writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res)
 		writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res)
+		b.WriteString(denialsText(res.Denials))
 		if exc := res.Exception; exc != nil && exc.Traceback != "" &&
 			!strings.Contains(res.Stderr, strings.TrimSpace(exc.Traceback)) {
 			b.WriteString("\n\n--- traceback ---\n")

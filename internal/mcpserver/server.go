@@ -19,6 +19,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,10 @@ type Config struct {
 	// start (BuildWarmEnv), which run_python's description names; nil
 	// for none.
 	Warm *WarmEnv
+	// NetworkAllow is the most run_python may ask of the network
+	// (network.allow patterns, checked by the caller); empty leaves
+	// run_python without a network_allow parameter.
+	NetworkAllow []string
 }
 
 // handler carries out the tool calls of one MCP server.
@@ -83,6 +88,8 @@ type handler struct {
 	startErr error
 	// warm is Config.Warm.
 	warm *WarmEnv
+	// netAllow is Config.NetworkAllow, parsed.
+	netAllow []api.NetPattern
 }
 
 // New returns an MCP server offering cellblock's tools. Serve it with
@@ -103,6 +110,7 @@ func New(cfg Config) *server.MCPServer {
 		info:     cfg.Info,
 		startErr: cfg.InfoErr,
 		warm:     cfg.Warm,
+		netAllow: parseNetworkAllow(cfg.NetworkAllow),
 		sessions: &sessionTable{client: cfg.Client, log: log},
 	}
 	// A connection's named sessions live as long as mcp-go's session.
@@ -118,7 +126,7 @@ func New(cfg Config) *server.MCPServer {
 		// messages a model can act on; results are checked against the
 		// declared output schemas.
 		server.WithOutputSchemaValidation(),
-		server.WithInstructions(instructions),
+		server.WithInstructions(instructionsFor(h.netAllow)),
 	)
 	h.srv.AddTools(h.tools(cfg.Info)...)
 	return h.srv
@@ -131,10 +139,19 @@ const instructions = "cellblock runs Python programs in a locked-down Linux sand
 	"and check_environment to see the Python versions, limits and policies in force. " +
 	"Give run_python a \"session\" name to keep variables, imports and files between calls; reset_session starts that session afresh."
 
+// instructionsFor is instructions, saying what run_python may ask of the
+// network when allow lets it.
+func instructionsFor(allow []api.NetPattern) string {
+	if len(allow) == 0 {
+		return instructions
+	}
+	return strings.Replace(instructions, "no network, ", "no network unless run_python's network_allow asks for an allowed host, ", 1)
+}
+
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
 	return []server.ServerTool{
-		{Tool: runPythonTool(info, h.warm), Handler: h.runPython},
+		{Tool: withNetwork(runPythonTool(info, h.warm), info, h.netAllow), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
 		{Tool: resetSessionTool(), Handler: h.resetSession},

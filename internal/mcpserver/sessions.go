@@ -76,6 +76,7 @@ type sessionSpec struct {
 	deps        []string
 	env         map[string]string
 	memoryBytes int64
+	network     []string
 }
 
 // specOf is what a run_python call asks of its session; rr is the run
@@ -94,7 +95,16 @@ func specOf(a *runArgs, rr *api.RunRequest) sessionSpec {
 		deps:        pep723.Merge(block, rr.Dependencies),
 		env:         env,
 		memoryBytes: rr.MemoryBytes,
+		network:     networkOf(rr),
 	}
+}
+
+// networkOf is a run request's network allowlist, nil without one.
+func networkOf(rr *api.RunRequest) []string {
+	if !rr.Network.Wants() {
+		return nil
+	}
+	return rr.Network.Allow
 }
 
 // namedSession is one name of one connection.
@@ -153,6 +163,13 @@ func (s *namedSession) conflict(spec sessionSpec) string {
 			have = fmt.Sprint(s.spec.memoryBytes >> 20)
 		}
 		diffs = append(diffs, fmt.Sprintf(`"memory_mb" %d (it has %s)`, spec.memoryBytes>>20, have))
+	}
+	if spec.network != nil && !sameNetwork(spec.network, s.spec.network) {
+		have := "no network"
+		if len(s.spec.network) > 0 {
+			have = strings.Join(s.spec.network, ", ")
+		}
+		diffs = append(diffs, fmt.Sprintf(`"network_allow" %s (it has %s)`, strings.Join(spec.network, ", "), have))
 	}
 	return strings.Join(diffs, "; ")
 }
@@ -290,7 +307,7 @@ func (h *handler) sessionFor(ctx context.Context, name string, spec sessionSpec,
 			conflict := s.conflict(spec)
 			t.mu.Unlock()
 			if conflict != "" {
-				return nil, textResult(fmt.Sprintf("Nothing was run: session %q was created with other settings, and a session's python, dependencies, env and memory_mb are fixed when its first call creates it. "+
+				return nil, textResult(fmt.Sprintf("Nothing was run: session %q was created with other settings, and a session's python, dependencies, env, memory_mb and network_allow are fixed when its first call creates it. "+
 					"This call asks for %s. Leave those arguments out to run with what the session has; "+
 					"or call reset_session with {\"session\": %q} (its variables are lost) and call again to recreate it with the new settings; "+
 					"or use another session name.", name, conflict, name), true)
@@ -357,14 +374,14 @@ func noConnectionText(conn string) string {
 func (h *handler) runInSession(ctx context.Context, req mcp.CallToolRequest, args *runArgs, rr *api.RunRequest) *mcp.CallToolResult {
 	name := args.Session
 	spec := specOf(args, rr)
-	sreq := &api.SessionRequest{Python: rr.Python, Dependencies: spec.deps, Env: rr.Env, MemoryBytes: rr.MemoryBytes}
+	sreq := &api.SessionRequest{Python: rr.Python, Dependencies: spec.deps, Env: rr.Env, MemoryBytes: rr.MemoryBytes, Network: rr.Network}
 	s, refused := h.sessionFor(ctx, name, spec, sreq)
 	if refused != nil {
 		return refused
 	}
 
 	run := *rr
-	run.Python, run.Dependencies, run.Env, run.MemoryBytes = "", nil, nil, 0
+	run.Python, run.Dependencies, run.Env, run.MemoryBytes, run.Network = "", nil, nil, 0, nil
 	run.Session = s.id
 	if e := run.Validate(); e != nil {
 		return runResult(&api.Result{Error: e}, h.currentInfo())

@@ -513,6 +513,7 @@ func resultSchema() map[string]any {
 					"expires_at":      typed("string", "when the session ends unless another run comes first (RFC 3339)"),
 				},
 			},
+			"denials": denialsSchema(),
 			"display": map[string]any{
 				"type":        "array",
 				"description": "rich output in order: plots and objects shown with cellblock.display or left as the last expression",
@@ -601,6 +602,7 @@ func infoSchema() map[string]any {
 					"builds":             typed("integer", "environments built since the daemon started"),
 				},
 			},
+			"network_policy": networkPolicySchema(),
 		},
 		"required": []string{"version", "pythons", "defaults", "maxima"},
 	}

@@ -33,6 +33,7 @@ type Metrics struct {
 	envBuilds prometheus.Counter
 	prestart  prometheus.Counter
 	sessions  *prometheus.CounterVec
+	denials   *prometheus.CounterVec
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
 	open      atomic.Pointer[func() int]
@@ -75,6 +76,10 @@ func New(version string) *Metrics {
 			Name: "cellblock_sessions_total",
 			Help: "Session events: created, expired (idle timeout or maximum lifetime), deleted, lost (its interpreter died: out of memory, killed after a timeout, exited), ended (the daemon stopped).",
 		}, []string{"event"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellblock_network_denials_total",
+			Help: "Connections the network proxies of runs, sessions and dependency builds refused, by reason: not_allowed (not in the allowlist), private_address, forbidden_address (cloud metadata and the like), connection_limit, byte_limit.",
+		}, []string{"reason"}),
 		prestart: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellblock_runs_prestarted_total",
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
@@ -86,6 +91,9 @@ func New(version string) *Metrics {
 	for _, e := range sessionEvents {
 		m.sessions.WithLabelValues(e)
 	}
+	for _, r := range api.DenyReasons {
+		m.denials.WithLabelValues(r)
+	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "cellblock_build_info",
 		Help:        "The daemon's version, as a label; the value is always 1.",
@@ -93,7 +101,7 @@ func New(version string) *Metrics {
 	})
 	info.Set(1)
 	m.reg.MustRegister(
-		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, info,
+		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, m.denials, info,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
 			Help: "Runs executing now.",
@@ -144,6 +152,17 @@ func (m *Metrics) SessionEvent(kind string) {
 	for _, e := range sessionEvents {
 		if e == kind {
 			m.sessions.WithLabelValues(kind).Inc()
+			return
+		}
+	}
+}
+
+// NetworkDenial counts one refused connection by its reason (api.Deny*);
+// other reasons are ignored, so that the labels stay bounded.
+func (m *Metrics) NetworkDenial(reason string) {
+	for _, r := range api.DenyReasons {
+		if r == reason {
+			m.denials.WithLabelValues(reason).Inc()
 			return
 		}
 	}

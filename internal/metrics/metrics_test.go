@@ -41,8 +41,16 @@ func TestObserve(t *testing.T) {
 	} {
 		m.Observe(rec)
 	}
+	m.NetworkDenial(api.DenyNotAllowed)
+	m.NetworkDenial(api.DenyNotAllowed)
+	m.NetworkDenial("an unbounded label")
 	out := scrape(t, m)
+	if strings.Contains(out, "unbounded") {
+		t.Errorf("a reason outside the closed set became a label")
+	}
 	for _, want := range []string{
+		`cellblock_network_denials_total{reason="not_allowed"} 2`,
+		`cellblock_network_denials_total{reason="byte_limit"} 0`,
 		`cellblock_runs_total{outcome="ok"} 3`,
 		`cellblock_runs_total{outcome="timeout"} 1`,
 		`cellblock_runs_total{outcome="oom"} 1`,

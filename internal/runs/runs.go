@@ -17,6 +17,7 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/deps"
+	"github.com/cellblock/cellblock/internal/egress"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/runner"
@@ -50,7 +51,10 @@ type Config struct {
 	// Reports caps what a run's runner may send back: display items,
 	// reprs, tracebacks (the operator's --display-* flags).
 	Reports runner.Limits
-	Log     *slog.Logger
+	// Egress makes the proxies of runs that ask for network; nil gives
+	// none any.
+	Egress *egress.Egress
+	Log    *slog.Logger
 }
 
 // Executor turns validated requests into jail specs and outcomes into
@@ -108,6 +112,13 @@ func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
 // Execute implements server.Executor.
 func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+	// Network, when asked for and within the operator's bound: the
+	// proxy's socket is opened in the jail at the hand-over.
+	proxy, err := e.cfg.Egress.ForRun(id, req.Network)
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
 	// The interpreter (the request's, else the script's requires-python)
 	// and the dependency environment, built on a miss.
 	py, env, err := e.deps.Resolve(ctx, e.store, req)
@@ -116,6 +127,9 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	}
 	defer env.Release()
 	spec := e.spec(id, py, req, l, env)
+	if proxy != nil {
+		spec.Egress = proxy
+	}
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {
 		j = e.pool.Take(spec)
@@ -127,6 +141,7 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		return nil, err
 	}
 	res := resultOf(out)
+	res.Denials = proxy.Close()
 	reportsOf(out.Runner, res)
 	res.Python = py.Version
 	res.Limits = &l
@@ -238,18 +253,20 @@ func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 
 // Info implements server.Executor.
 func (e *Executor) Info() api.Info {
+	deps := e.deps.Info()
 	info := api.Info{
 		Version:       e.cfg.Version,
 		CgroupMode:    string(e.cfg.Cgroups.Mode()),
 		UserNamespace: e.runner.UserNamespace(),
 		Seccomp:       true,
-		Network:       "none: a private network namespace with only loopback",
+		Network:       e.cfg.Egress.Describe(),
+		NetworkPolicy: e.cfg.Egress.Info(deps.IndexURL, deps.NoIndex),
 		Filesystem: "read-only root; writable tmpfs at " + layout.Tmp + ", " + layout.Work +
 			" (the working directory and HOME) and " + layout.Shm + ", each of tmp_bytes",
 		Prestart:            e.cfg.Prestart,
 		PrestartReady:       e.PrestartReady(),
 		PrestartShapesReady: e.shapes.ready(),
-		Dependencies:        e.deps.Info(),
+		Dependencies:        deps,
 		Display: &api.DisplayCaps{
 			Items: e.cfg.Reports.DisplayItems, ItemBytes: e.cfg.Reports.DisplayItemBytes,
 			TotalBytes: e.cfg.Reports.DisplayTotalBytes, ReprBytes: e.cfg.Reports.ReprBytes,

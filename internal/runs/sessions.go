@@ -5,6 +5,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/deps"
+	"github.com/cellblock/cellblock/internal/egress"
 	"github.com/cellblock/cellblock/nsjail"
 )
 
@@ -16,11 +17,21 @@ type Opened struct {
 	Python      string
 	Environment *api.Environment
 	env         *deps.Attachment
+	// egress is the session's proxy, nil without network.
+	egress *egress.Proxy
 }
 
 // Release gives up what the session held besides its jail (its
-// environment's lease). Call it after closing Session.
-func (o *Opened) Release() { o.env.Release() }
+// environment's lease, its proxy). Call it after closing Session.
+func (o *Opened) Release() {
+	o.egress.Close()
+	o.env.Release()
+}
+
+// Denials returns what the session's proxy refused since the last call:
+// a run's own, taken when it ends. The next run's network caps start
+// afresh.
+func (o *Opened) Denials() []api.Denial { return o.egress.NextRun() }
 
 // OpenSession builds the jail of a session (id names it) for req under
 // limits l: its interpreter, dependency environment and limits, fixed for
@@ -28,12 +39,22 @@ func (o *Opened) Release() { o.env.Release() }
 // (it was built for no one, like any run's); else one is built now.
 func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*Opened, error) {
 	run := req.AsRun()
+	// The session's network, for its whole life: its proxy's socket is
+	// opened in the jail when the session starts.
+	proxy, err := e.cfg.Egress.ForRun(id, req.Network)
+	if err != nil {
+		return nil, err
+	}
 	py, env, err := e.deps.Resolve(ctx, e.store, run)
 	if err != nil {
+		proxy.Close()
 		return nil, err
 	}
 	spec := e.spec(id, py, run, l, env)
 	spec.Runner.Mode = api.ModeCell
+	if proxy != nil {
+		spec.Egress = proxy
+	}
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {
 		j = e.pool.Take(spec)
@@ -48,10 +69,11 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 		s, err = e.runner.OpenSession(ctx, nil, spec)
 	}
 	if err != nil {
+		proxy.Close()
 		env.Release()
 		return nil, err
 	}
-	return &Opened{Session: s, Python: py.Version, Environment: env.Result(), env: env}, nil
+	return &Opened{Session: s, Python: py.Version, Environment: env.Result(), env: env, egress: proxy}, nil
 }
 
 // ResultOf maps the outcome of a run in a session to the contract's

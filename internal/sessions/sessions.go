@@ -44,6 +44,9 @@ type Opened struct {
 	// Release gives up what the session held besides its interpreter,
 	// after Interp is closed.
 	Release func()
+	// Denials, if set, returns what the sandbox refused the session since
+	// the last call: taken after each run, for its result.
+	Denials func() []api.Denial
 }
 
 // Opener builds a session's jail (the daemon's executor).
@@ -106,6 +109,7 @@ type entry struct {
 	busy      bool
 	lost      bool
 	limits    api.Limits
+	network   *api.Network
 	opened    *Opened
 	cancelRun context.CancelFunc // the run in progress, if any
 }
@@ -288,7 +292,7 @@ func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *a
 		return nil, err
 	}
 	now := time.Now().UTC()
-	e := &entry{id: id, owner: owner.UID, created: now, lastUsed: now, idle: idle, limits: l, opened: opened}
+	e := &entry{id: id, owner: owner.UID, created: now, lastUsed: now, idle: idle, limits: l, network: req.Network, opened: opened}
 	if m.closed {
 		m.mu.Unlock()
 		m.end(e, "ended")
@@ -310,7 +314,7 @@ func (m *Manager) describe(e *entry, vars bool) *api.Session {
 		ID: e.id, State: api.SessionAlive, Busy: e.busy, ExecutionCount: e.count,
 		CreatedAt: e.created, LastUsedAt: e.lastUsed, ExpiresAt: m.expiresAt(e),
 		IdleTimeoutMs: e.idle.Milliseconds(), OwnerUID: e.owner,
-		Python: e.opened.Python, Limits: &l, Environment: e.opened.Environment,
+		Python: e.opened.Python, Limits: &l, Environment: e.opened.Environment, Network: e.network,
 	}
 	if e.lost || e.opened.Interp.Lost() {
 		s.State = api.SessionLost
@@ -475,6 +479,9 @@ func (m *Manager) sessionResult(e *entry, out *nsjail.Outcome, l api.Limits) *ap
 		st = api.SessionLost
 	}
 	res.Session = &api.SessionState{ID: e.id, ExecutionCount: e.count, State: st, ExpiresAt: m.expiresAt(e)}
+	if e.opened.Denials != nil {
+		res.Denials = e.opened.Denials()
+	}
 	return res
 }
 

@@ -46,6 +46,11 @@ const (
 // Hostname is the jail's host name, in its own UTS namespace.
 const Hostname = "cellblock"
 
+// ProxyPort is where a jail that may reach the network finds the daemon's
+// proxy: 127.0.0.1:ProxyPort on the jail's own loopback (another port when
+// that one is taken; the proxy variables of the environment say which).
+const ProxyPort = 3128
+
 // The identity the program runs as.
 const (
 	// User is the jail user's name, with UID and GID, inside the user
