@@ -63,6 +63,11 @@ type RunRequest struct {
 	// SessionRequest), which keeps its globals between runs. Python,
 	// dependencies, env and the session-wide limits may not be set then.
 	Session string `json:"session,omitempty"`
+	// Tools are host tools the code may call (see Tool); a run that
+	// declares any must be streamed, and its caller answers each call.
+	Tools []Tool `json:"tools,omitempty"`
+	// ToolLimits lower the daemon's caps on the run's tool calls.
+	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -125,6 +130,10 @@ type Result struct {
 	Display []DisplayItem `json:"display,omitempty"`
 	// Session is the session the run ran in, after it; nil outside one.
 	Session *SessionState `json:"session,omitempty"`
+	// ToolCalls lists the run's tool calls in the order they came;
+	// ToolCallsOverCap counts those refused, unlisted, past its cap.
+	ToolCalls        []ToolCallReport `json:"tool_calls,omitempty"`
+	ToolCallsOverCap int64            `json:"tool_calls_over_cap,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -144,6 +153,9 @@ type Phases struct {
 	// EnvUs is the time to get the run's dependency environment: a few
 	// microseconds for a cached one, the whole build otherwise.
 	EnvUs int64 `json:"env_us,omitempty"`
+	// ToolsUs is the part of ProgramUs during which the code waited for
+	// at least one tool call's answer.
+	ToolsUs int64 `json:"tools_us,omitempty"`
 	// Prestarted reports that the run's jail was built and started
 	// before the request arrived (create_us is then 0 and start_us only
 	// the hand-over); it was new and unused all the same.
@@ -195,6 +207,8 @@ type Info struct {
 	Dependencies *DependencyInfo `json:"dependencies,omitempty"`
 	// Display is what a run's rich output, value and exception may take.
 	Display *DisplayCaps `json:"display,omitempty"`
+	// Tools are the caps on a run's tool calls.
+	Tools *ToolCaps `json:"tools,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -322,6 +336,9 @@ func (r *RunRequest) Validate() *Error {
 	if err := r.validateSessionRun(); err != nil {
 		return err
 	}
+	if err := r.validateTools(); err != nil {
+		return err
+	}
 	for _, c := range []struct {
 		field string
 		v     float64
@@ -440,9 +457,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // newline-delimited Events while the run goes on instead of one Result.
 const StreamContentType = "application/x-ndjson"
 
-// Event is one line of a streamed run: either a chunk of output or, last,
-// the result.
+// Event is one line of a streamed run: a chunk of output, a tool call
+// for the caller to answer or, last, the result.
 type Event struct {
+	// RunID is set on tool call events: the run the answer goes to.
+	RunID string `json:"run_id,omitempty"`
+	// ToolCall is a call of the run's code to one of its tools.
+	ToolCall *ToolCall `json:"tool_call,omitempty"`
 	// Stream is "stdout" or "stderr" for an output chunk.
 	Stream string `json:"stream,omitempty"`
 	// Data is the chunk, UTF-8 with invalid bytes replaced.
