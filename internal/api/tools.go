@@ -216,3 +216,9 @@ func (l *ToolLimits) Resolve(def, max ToolLimits) (ToolLimits, *Error) {
 	}
 	return out, nil
 }
+
+// ToolAnswered is the reply to an answer the daemon took.
+type ToolAnswered struct {
+	ID       string `json:"id"`
+	Answered bool   `json:"answered"`
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/toolrelay"
 )
 
 // Defaults.
@@ -175,6 +176,11 @@ type Config struct {
 	// AuditCode writes each run's code into the audit log; otherwise only
 	// its SHA-256 and size are.
 	AuditCode bool
+	// Tools caps the tool calls of runs (defaults and maxima of calls,
+	// argument and answer bytes, and time per call); its KeepContent
+	// writes each call's arguments and answer into the audit log,
+	// otherwise only their sizes and SHA-256.
+	Tools toolrelay.Config
 }
 
 // Default returns the default configuration.
@@ -207,6 +213,7 @@ func Default() Config {
 
 		AuditLogMaxBytes: DefaultAuditLogMaxBytes,
 		AuditLogKeep:     DefaultAuditLogKeep,
+		Tools:            toolrelay.DefaultConfig(),
 		Defaults: api.Limits{
 			TimeoutMs:   DefaultTimeout.Milliseconds(),
 			MemoryBytes: DefaultMemory,
@@ -307,6 +314,9 @@ func (c *Config) Validate() error {
 	}
 	if c.EnvBuildMemory < 64<<20 {
 		errs = append(errs, fmt.Errorf("--env-build-memory %d must be at least 64 MiB", c.EnvBuildMemory))
+	}
+	if err := c.Tools.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||

@@ -33,6 +33,7 @@ type Metrics struct {
 	envBuilds prometheus.Counter
 	prestart  prometheus.Counter
 	sessions  *prometheus.CounterVec
+	tools     *toolMetrics
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
 	open      atomic.Pointer[func() int]
@@ -79,6 +80,7 @@ func New(version string) *Metrics {
 			Name: "cellblock_runs_prestarted_total",
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
 		}),
+		tools: newToolMetrics(),
 	}
 	for _, o := range record.Outcomes {
 		m.runs.WithLabelValues(o)
@@ -94,6 +96,7 @@ func New(version string) *Metrics {
 	info.Set(1)
 	m.reg.MustRegister(
 		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, info,
+		m.tools.calls, m.tools.duration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
 			Help: "Runs executing now.",
@@ -160,6 +163,7 @@ func (m *Metrics) readLoad() (running, queued int) {
 func (m *Metrics) Observe(rec record.Run) {
 	res := rec.Result
 	m.runs.WithLabelValues(record.Outcome(res)).Inc()
+	m.tools.observe(rec)
 	if res == nil || res.RunID == "" {
 		return // refused before it ran: nothing was timed or built
 	}

@@ -169,7 +169,9 @@ func (e *executor) Execute(ctx context.Context, _ string, req *api.RunRequest, _
 			onOutput(stream, []byte(data))
 		}
 	}
+	ctx, stop := withTools(ctx)
 	res, err := run(ctx, req, emit)
+	stop()
 	if ctx.Err() != nil {
 		d.canceled <- req.Code
 	}
