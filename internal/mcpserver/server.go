@@ -64,6 +64,9 @@ type Config struct {
 	// start (BuildWarmEnv), which run_python's description names; nil
 	// for none.
 	Warm *WarmEnv
+	// CodeTools are other MCP servers' tools that run_python's code may
+	// call (OpenCodeTools); nil for none.
+	CodeTools *CodeTools
 }
 
 // handler carries out the tool calls of one MCP server.
@@ -83,6 +86,8 @@ type handler struct {
 	startErr error
 	// warm is Config.Warm.
 	warm *WarmEnv
+	// code is Config.CodeTools.
+	code *CodeTools
 }
 
 // New returns an MCP server offering cellblock's tools. Serve it with
@@ -103,6 +108,7 @@ func New(cfg Config) *server.MCPServer {
 		info:     cfg.Info,
 		startErr: cfg.InfoErr,
 		warm:     cfg.Warm,
+		code:     cfg.CodeTools,
 		sessions: &sessionTable{client: cfg.Client, log: log},
 	}
 	// A connection's named sessions live as long as mcp-go's session.
@@ -134,7 +140,7 @@ const instructions = "cellblock runs Python programs in a locked-down Linux sand
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
 	return []server.ServerTool{
-		{Tool: runPythonTool(info, h.warm), Handler: h.runPython},
+		{Tool: h.code.withTools(runPythonTool(info, h.warm)), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
 		{Tool: resetSessionTool(), Handler: h.resetSession},

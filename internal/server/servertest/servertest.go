@@ -83,6 +83,7 @@ func Start(t testing.TB, info api.Info, run RunFunc) *Daemon {
 		MaxConcurrent: info.MaxConcurrent,
 		QueueSize:     info.QueueSize,
 		Allowed:       func(p peercred.Peer) bool { return p.UID == me },
+		Tools:         toolsConfig(info.Tools),
 	}, (*executor)(d))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

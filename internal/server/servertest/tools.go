@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/toolrelay"
 )
 
@@ -95,4 +96,14 @@ func CallTool(ctx context.Context, name string, arguments any) (json.RawMessage,
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// toolsConfig is the server's configuration of tool calls for info's
+// caps: the daemon's defaults when info has none.
+func toolsConfig(caps *api.ToolCaps) toolrelay.Config {
+	cfg := toolrelay.DefaultConfig()
+	if caps != nil {
+		cfg.Defaults, cfg.Maxima = caps.Defaults, caps.Maxima
+	}
+	return cfg
 }
