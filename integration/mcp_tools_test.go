@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -34,9 +33,11 @@ var (
 func mcpToolsServer(t *testing.T) string {
 	t.Helper()
 	mcpToolsOnce.Do(func() {
+		// go test puts its own go first in PATH.
 		goCmd, err := exec.LookPath("go")
 		if err != nil {
-			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+			mcpToolsErr = fmt.Errorf("build the test MCP server: %w", err)
+			return
 		}
 		dir, err := os.MkdirTemp("", "cellblock-mcptools-")
 		if err != nil {

@@ -49,6 +49,15 @@ const (
 	MaxArgumentBytes = 8 << 20
 	MaxResultBytes   = 8 << 20
 	MaxTimeout       = time.Hour
+
+	// unsentBytes bounds the arguments a run's calls hold in the daemon
+	// while they wait to be written to its caller (one that does not
+	// read its stream holds them): past it, calls are refused. At least
+	// one call of the largest arguments allowed always fits.
+	unsentBytes = 32 << 20
+	// contentBytes bounds the arguments and answers a record keeps with
+	// KeepContent; larger ones keep only their size and hash.
+	contentBytes = 64 << 10
 )
 
 // Config is the daemon's side of tool calls.
@@ -158,6 +167,7 @@ type Relay struct {
 	active    int // calls waiting for the caller
 	busySince time.Time
 	busy      time.Duration
+	unsent    int64 // the arguments of calls not yet written to the caller
 }
 
 // call is one call that went to the caller.
@@ -218,7 +228,7 @@ func (r *Relay) Call(payload []byte) {
 	sum := sha256.Sum256(c.Arguments)
 	rec := record.ToolCall{Name: boundName(c.Name), Started: now, Outcome: api.ToolRefused,
 		ArgumentBytes: len(c.Arguments), ArgumentSHA256: hex.EncodeToString(sum[:])}
-	if r.tools.keep && perr == nil {
+	if r.tools.keep && perr == nil && len(c.Arguments) <= contentBytes {
 		rec.Arguments = c.Arguments
 	}
 	_, rec.Declared = r.tools.schemas[c.Name]
@@ -240,6 +250,8 @@ func (r *Relay) Call(payload []byte) {
 		why = fmt.Sprintf("the arguments of %s are %d bytes; a call may pass at most %d (tool_limits.argument_bytes)", c.Name, len(c.Arguments), r.tools.caps.ArgumentBytes)
 	case inUse:
 		why = fmt.Sprintf("call id %q is already waiting for an answer", c.ID)
+	case r.unsentOver(int64(len(c.Arguments))):
+		why = fmt.Sprintf("the caller has not yet taken %d bytes of this run's earlier calls: too many waiting to be sent", unsentBytes)
 	case schema != nil:
 		if err := validate(schema, c.Arguments); err != nil {
 			why = fmt.Sprintf("the arguments of %s do not match its input schema: %v", c.Name, err)
@@ -266,6 +278,7 @@ func (r *Relay) Call(payload []byte) {
 	}
 	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, index: index, start: now, answer: make(chan answer, 1)}
 	r.records[index].ID = cl.id
+	r.unsent += int64(len(cl.arguments))
 	r.pending[cl.id] = cl
 	r.jailIDs[c.ID] = true
 	if r.active == 0 {
@@ -295,7 +308,12 @@ func (r *Relay) serve(cl *call) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var a answer
-	if err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs}); err != nil {
+	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
+	r.mu.Lock()
+	r.unsent -= int64(len(cl.arguments))
+	cl.arguments = nil // written: the call no longer holds them
+	r.mu.Unlock()
+	if err != nil {
 		a = answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
 	} else {
 		select {
@@ -320,7 +338,7 @@ func (r *Relay) serve(cl *call) {
 	if a.outcome == api.ToolErrored {
 		rec.Error = a.errText
 	}
-	if r.tools.keep {
+	if r.tools.keep && len(a.result) <= contentBytes {
 		rec.Result = a.result
 	}
 	stopped, reply := r.stopped, r.reply
@@ -329,7 +347,6 @@ func (r *Relay) serve(cl *call) {
 		return
 	}
 	var frame []byte
-	var err error
 	if a.outcome == api.ToolOK {
 		frame, err = runner.EncodeToolResult(cl.jailID, true, a.result, "")
 	} else {
@@ -383,6 +400,14 @@ func (r *Relay) Report() (calls []api.ToolCallReport, records []record.ToolCall,
 		busy += time.Since(r.busySince)
 	}
 	return calls, records, r.overCap, busy
+}
+
+// unsentOver reports whether n more bytes of arguments would take the
+// run's calls waiting to be sent past their bound.
+func (r *Relay) unsentOver(n int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unsent > 0 && r.unsent+n > max(unsentBytes, r.tools.caps.ArgumentBytes)
 }
 
 // names lists the declared tools for a message.

@@ -470,3 +470,34 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("a maximum over the bound was taken")
 	}
 }
+
+func TestUnsentArgumentsAreBounded(t *testing.T) {
+	tools, _ := Prepare(addReq(), DefaultConfig())
+	reg := NewRegistry()
+	stuck := make(chan struct{})
+	// A caller that does not read its stream: every call stays unsent.
+	r := reg.Open(tools, "r1", owner, func(api.ToolCall) error { <-stuck; return errors.New("gone") }, nil)
+	var mu sync.Mutex
+	var refused []string
+	r.Start(func(f []byte) {
+		mu.Lock()
+		refused = append(refused, string(f))
+		mu.Unlock()
+	})
+	pad := strings.Repeat("z", 1000000)
+	for i := range 40 {
+		r.Call(fmt.Appendf(nil, `{"type":"tool_call","id":"c%d","name":"any","arguments":{"pad":%q}}`, i, pad))
+	}
+	mu.Lock()
+	n := len(refused)
+	first := ""
+	if n > 0 {
+		first = refused[0]
+	}
+	mu.Unlock()
+	if n != 40-33 || !strings.Contains(first, `"id":"c33"`) || !strings.Contains(first, "too many waiting to be sent") {
+		t.Errorf("%d refused; the first: %.200s", n, first)
+	}
+	close(stuck)
+	r.Close()
+}
