@@ -65,8 +65,10 @@ const connectTimeout = 30 * time.Second
 // Bounds of what a server says of its tools, for the description and the
 // daemon's checks.
 const (
-	maxCodeTools          = api.MaxTools
-	maxCodeDescription    = 2048
+	maxCodeTools = api.MaxTools
+	// maxDeclaredBytes bounds the declared tools' descriptions and schemas
+	// together, well within a run request (api.MaxRequestBytes).
+	maxDeclaredBytes      = 2 << 20
 	maxToolsText          = 24 << 10
 	maxToolErrorText      = api.MaxToolError
 	toolNameSeparator     = "__"
@@ -85,6 +87,9 @@ type CodeTools struct {
 	refused []refusedTool
 	// failed are the servers that could not be reached, with why.
 	failed []string
+	// declaredBytes is the size of the callable tools' descriptions and
+	// schemas.
+	declaredBytes int
 }
 
 type codeServer struct {
@@ -234,10 +239,17 @@ func (ct *CodeTools) add(s *codeServer, listed []mcp.Tool, cfg CodeToolsConfig) 
 			ct.refused = append(ct.refused, refusedTool{name: name, why: fmt.Sprintf("a run may declare at most %d tools", maxCodeTools)})
 			continue
 		}
-		tool := &codeTool{name: name, server: s, remote: t.Name, description: cut(strings.TrimSpace(t.Description), api.MaxToolDescription)}
+		desc := strings.ToValidUTF8(strings.ReplaceAll(strings.TrimSpace(t.Description), "\x00", ""), "\ufffd")
+		tool := &codeTool{name: name, server: s, remote: t.Name, description: cut(desc, api.MaxToolDescription)}
 		tool.schema = usableSchema(t)
 		if tool.schema == nil {
 			ct.log.Info("an MCP tool's input schema cannot be checked here; its server checks the arguments", "tool", name)
+		}
+		if size := len(tool.description) + len(tool.schema); ct.declaredBytes+size > maxDeclaredBytes {
+			ct.refused = append(ct.refused, refusedTool{name: name, why: "its description and schema would take the runs' requests past their size"})
+			continue
+		} else {
+			ct.declaredBytes += size
 		}
 		ct.tools = append(ct.tools, tool)
 		ct.byName[name] = tool
@@ -309,7 +321,7 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		}
 		raw = b
 	}
-	if len(raw) > api.MaxToolSchema {
+	if len(raw) > api.MaxToolSchema || jsonDepth(raw) > api.MaxToolSchemaDepth {
 		return nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
@@ -325,6 +337,32 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		return nil
 	}
 	return raw
+}
+
+// jsonDepth is how deep JSON nests arrays and objects.
+func jsonDepth(raw []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, ch := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case ch == '\\':
+				escaped = true
+			case ch == '"':
+				inString = false
+			}
+		case ch == '"':
+			inString = true
+		case ch == '[' || ch == '{':
+			d++
+			deepest = max(deepest, d)
+		case ch == ']' || ch == '}':
+			d--
+		}
+	}
+	return deepest
 }
 
 type refuseLoader struct{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -281,5 +282,37 @@ func TestLoadMCPConfig(t *testing.T) {
 	}
 	if _, err := OpenCodeTools(context.Background(), CodeToolsConfig{ConfigFile: filepath.Join(dir, "c.json"), Allow: []string{"[x"}}, nil); err == nil || !strings.Contains(err.Error(), "not a glob") {
 		t.Errorf("bad pattern: %v", err)
+	}
+}
+
+// TestDeclaredToolsPassValidation: whatever a server says of its tools,
+// the run requests that declare them are valid: no NUL in descriptions,
+// schemas the daemon cannot check left out, the total bounded.
+func TestDeclaredToolsPassValidation(t *testing.T) {
+	ct := &CodeTools{log: slog.New(slog.DiscardHandler), byName: map[string]*codeTool{}}
+	deep := strings.Repeat(`{"items":`, 40) + `{}` + strings.Repeat(`}`, 40)
+	big := `{"type":"object","description":"` + strings.Repeat("d", 200<<10) + `"}`
+	listed := []mcp.Tool{
+		{Name: "nul", Description: "a\x00b\xff", RawInputSchema: json.RawMessage(`{"type":"object"}`)},
+		{Name: "deep", RawInputSchema: json.RawMessage(deep)},
+		{Name: "remote", RawInputSchema: json.RawMessage(`{"$ref":"https://example.org/s.json"}`)},
+	}
+	for i := range 20 {
+		listed = append(listed, mcp.Tool{Name: fmt.Sprintf("big%d", i), Description: strings.Repeat("x", 20000), RawInputSchema: json.RawMessage(big)})
+	}
+	ct.add(&codeServer{name: "s"}, listed, CodeToolsConfig{Allow: []string{"*"}})
+	req := api.RunRequest{Code: "x", Tools: ct.declared()}
+	if e := req.Validate(); e != nil {
+		t.Fatalf("declared tools refused: %v", e)
+	}
+	body, _ := json.Marshal(req)
+	if len(body) > api.MaxRequestBytes {
+		t.Errorf("the request is %d bytes", len(body))
+	}
+	if ct.byName["s__deep"].schema != nil || ct.byName["s__remote"].schema != nil || ct.byName["s__nul"].description != "ab\ufffd" {
+		t.Errorf("tools %+v %+v %+v", ct.byName["s__deep"], ct.byName["s__remote"], ct.byName["s__nul"])
+	}
+	if len(ct.refused) == 0 {
+		t.Error("nothing refused past the size bound")
 	}
 }
