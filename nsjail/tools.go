@@ -28,15 +28,14 @@ type ToolRelay interface {
 	Stop()
 }
 
-// Bounds of the tool_result frames a run's runner is sent.
-const (
-	// toolWriteTimeout bounds one frame's write: the runner reads its
-	// channel on a thread of its own while it waits for answers, so only
-	// a program that broke its runner keeps it from reading.
-	toolWriteTimeout = 5 * time.Second
-	// toolFrames is how many frames wait for the writer.
-	toolFrames = 16
-)
+// toolWriteTimeout bounds the write of one tool_result frame: the runner
+// reads its channel on a thread of its own while it waits for answers, so
+// only a program that broke its runner keeps it from reading. A variable
+// for the tests.
+var toolWriteTimeout = 5 * time.Second
+
+// toolFrames is how many tool_result frames wait for the writer.
+const toolFrames = 16
 
 // toolLink writes a run's tool_result frames on the runner's channel, one
 // at a time, in the order the relay gave them, for as long as the relay
