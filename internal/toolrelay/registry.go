@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
@@ -88,6 +89,10 @@ func (r *Relay) Answer(p peercred.Peer, id string, body []byte, tooLarge bool) *
 // result and error, the result valid JSON nested at most 64 deep (the
 // runner's decoder's bound).
 func decodeAnswer(body []byte) (*api.ToolAnswer, *api.Error) {
+	if !utf8.Valid(body) {
+		// The runner reads only UTF-8 frames.
+		return nil, api.Errorf(api.ErrBadRequest, "", "an answer is UTF-8 JSON")
+	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		return nil, api.Errorf(api.ErrBadRequest, "", `an answer is a JSON object: {"result": VALUE} or {"error": "message"}`)

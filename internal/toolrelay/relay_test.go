@@ -304,6 +304,7 @@ func TestBadAnswersLeaveTheCallWaiting(t *testing.T) {
 		{`{"error": 5}`, "error"},
 		{`{"value": 1}`, "value"},
 		{`{"result": ` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, "result"},
+		{"{\"result\": \"\xff\"}", ""},
 	} {
 		aerr := j.answer(owner, e.ID, c.body)
 		if aerr == nil || aerr.Type != api.ErrBadRequest || aerr.Field != c.field {
