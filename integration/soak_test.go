@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -210,6 +211,33 @@ print(sent >> 20, "MiB sent", file=sys.stderr)
 		}
 		return nil
 	}},
+	{"tools", func(i int) *api.RunRequest {
+		// Calls from two threads, one that gets no answer, one of a tool
+		// not declared (soakToolRun answers the calls).
+		return &api.RunRequest{Tools: []api.Tool{addTool, {Name: "hang"}}, ToolLimits: &api.ToolLimits{Calls: 20, TimeoutMs: 300},
+			Code: fmt.Sprintf(`import cellblock, threading
+r = []
+def work(k):
+    r.append(sum(cellblock.tools.add(x=i, y=k) for i in range(5)))
+ts = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+for t in ts: t.start()
+for t in ts: t.join()
+try:
+    cellblock.tools.hang()
+except cellblock.ToolError:
+    h = "timeout"
+try:
+    cellblock.call_tool("nope", {})
+except cellblock.ToolError:
+    u = "refused"
+print(sorted(r), h, u, %d)
+`, i)}
+	}, func(i int, r *api.Result) error {
+		if r.Error != nil || r.ExitCode != 0 || r.Stdout != fmt.Sprintf("[10, 15] timeout refused %d\n", i) || len(r.ToolCalls) != 12 {
+			return fmt.Errorf("tools: exit %d stdout %q stderr %q tool_calls %d", r.ExitCode, r.Stdout, r.Stderr, len(r.ToolCalls))
+		}
+		return nil
+	}},
 	{"grandchild", func(i int) *api.RunRequest {
 		return &api.RunRequest{Code: fmt.Sprintf(`
 import os, time
@@ -260,6 +288,9 @@ func soakLeftovers(ids map[string]bool) (cgroups, procs []string) {
 
 // soakRun posts one run with the soak's own client.
 func soakRun(hc *http.Client, req *api.RunRequest) (*api.Result, error) {
+	if len(req.Tools) > 0 {
+		return soakToolRun(hc, req)
+	}
 	body, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -477,5 +508,57 @@ func TestSoak300RunsAt16(t *testing.T) {
 	}
 	if want := float64(total + len(soakKinds)); ran != want {
 		t.Errorf("metrics count %v runs carried out, want %v: %v", ran, want, m)
+	}
+}
+
+// soakToolRun carries out a run with tools with the soak's own client: it
+// streams the run and answers its calls of add (x + y); other calls get
+// no answer.
+func soakToolRun(hc *http.Client, req *api.RunRequest) (*api.Result, error) {
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.PathRuns, bytes.NewReader(body))
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", api.StreamContentType)
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != api.StreamContentType {
+		// Refused before it ran: one result.
+		var res api.Result
+		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+			return nil, fmt.Errorf("decode result (%s): %w", resp.Status, err)
+		}
+		return &res, nil
+	}
+	var answers sync.WaitGroup
+	defer answers.Wait()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev api.Event
+		if err := dec.Decode(&ev); err != nil {
+			return nil, fmt.Errorf("decode event (%s): %w", resp.Status, err)
+		}
+		if ev.Result != nil {
+			return ev.Result, nil
+		}
+		if c := ev.ToolCall; c != nil && c.Name == "add" {
+			var a struct{ X, Y int }
+			_ = json.Unmarshal(c.Arguments, &a)
+			answers.Add(1)
+			go func() {
+				defer answers.Done()
+				b := fmt.Sprintf(`{"result": %d}`, a.X+a.Y)
+				areq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://cellblockd"+api.ToolCallPath(ev.RunID, c.ID), strings.NewReader(b))
+				areq.Header.Set("Content-Type", "application/json")
+				if r, err := hc.Do(areq); err == nil {
+					_, _ = io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+				}
+			}()
+		}
 	}
 }

@@ -496,9 +496,15 @@ func (j *Jail) listen(spec *Spec, start time.Time) *listener {
 		}
 		// Its ready frame is read by the jail's own reader (prepare).
 		<-j.warm
+		var tools *toolLink
+		if t := spec.Runner.Tools; t != nil {
+			tools = startToolLink(j.rch, t)
+			c.OnToolCall = t.Call
+		}
 		if err := c.Collect(j.rch); err != nil {
 			j.r.log.Debug("runner channel", "run", spec.ID, "jail", j.id, "err", err)
 		}
+		tools.stop()
 		rep.res = c.Result()
 		l.exit = rep.res.Exit
 		close(l.over)

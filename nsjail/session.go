@@ -77,6 +77,8 @@ type SessionRun struct {
 	// streams.
 	Timeout     time.Duration
 	OutputBytes int64
+	// Tools, when set, relays the run's tool calls (see RunnerSpec).
+	Tools ToolRelay
 }
 
 // OpenSession starts session mode in j, a prestarted jail built for spec,
@@ -274,8 +276,12 @@ func (s *Session) Run(ctx context.Context, run *SessionRun, onOutput OutputFunc)
 	if filename == "" {
 		filename = fmt.Sprintf("<cell %d>", seq)
 	}
-	frame, err := runner.EncodeSessionRun(runner.SessionRun{Seq: seq, Mode: run.Mode, Code: run.Code,
-		Filename: filename, Inputs: run.Inputs, Limits: s.limits})
+	msg := runner.SessionRun{Seq: seq, Mode: run.Mode, Code: run.Code, Filename: filename, Inputs: run.Inputs, Limits: s.limits}
+	if run.Tools != nil {
+		tools, limits := run.Tools.Declared()
+		msg.Tools, msg.ToolLimits = tools, &limits
+	}
+	frame, err := runner.EncodeSessionRun(msg)
 	if err == nil {
 		err = s.send(frame, stdinR, stdoutW, stderrW)
 	}
@@ -298,7 +304,18 @@ func (s *Session) Run(ctx context.Context, run *SessionRun, onOutput OutputFunc)
 
 	c := runner.NewCollector(s.limits)
 	c.OnStarted = func() { out.Phases.Handover = time.Since(start) }
+	var tools *toolLink
+	if run.Tools != nil {
+		tools = startToolLink(j.rch, run.Tools)
+		c.OnToolCall = run.Tools.Call
+	}
 	done := s.await(ctx, seq, c, run.Timeout, start, out)
+	if tools.stop() && done {
+		// A tool_result frame may have been cut short: the runner's
+		// channel can no longer be read in step.
+		s.kill()
+		done = false
+	}
 	out.Duration = time.Since(start)
 	out.Phases.Program = out.Duration
 

@@ -106,6 +106,9 @@ type RunnerSpec struct {
 	Inputs map[string]json.RawMessage
 	// Limits cap what the runner may send back.
 	Limits runner.Limits
+	// Tools, when set, relays the tool calls of the run's code; nil for
+	// a run that declares no tools.
+	Tools ToolRelay
 }
 
 // ErrInvalidSpec is wrapped by every Validate error.
@@ -249,7 +252,7 @@ func (s *Spec) runMessage() runner.Run {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	return runner.Run{
+	m := runner.Run{
 		Mode:      s.Runner.Mode,
 		Code:      string(s.Script),
 		Argv0:     s.argv0(),
@@ -259,6 +262,11 @@ func (s *Spec) runMessage() runner.Run {
 		Limits:    s.Runner.Limits,
 		StdinNull: s.Stdin == nil,
 	}
+	if s.Runner.Tools != nil {
+		tools, limits := s.Runner.Tools.Declared()
+		m.Tools, m.ToolLimits = tools, &limits
+	}
+	return m
 }
 
 // argv0 is what python is given for the program: the script's path in

@@ -79,11 +79,22 @@ func run() error {
 		netAllow = append(netAllow, v)
 		return nil
 	})
+	var code mcpserver.CodeToolsConfig
+	fs.StringVar(&code.ConfigFile, "mcp-config", "", "code mode: connect to the MCP servers of this `FILE` (the mcpServers JSON of MCP clients) and let run_python's code call their tools as cellblock.tools.SERVER__TOOL(...), those --allow-tool allows")
+	fs.Func("allow-tool", "with --mcp-config: a glob `PATTERN` over SERVER__TOOL (such as files__read_* or 'search__*') of tools the code may call (repeatable; none by default)", func(v string) error {
+		code.Allow = append(code.Allow, v)
+		return nil
+	})
+	fs.Func("allow-destructive-tool", "with --mcp-config: a tool `SERVER__TOOL` annotated destructive that the code may call (repeatable, exact names; --allow-tool must match it too)", func(v string) error {
+		code.AllowDestructive = append(code.AllowDestructive, v)
+		return nil
+	})
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n"+
-			"                    [--preload-env REQUIREMENT ... [--preload MODULES]] [--network-allow PATTERN ...]\n\n"+
+			"                    [--preload-env REQUIREMENT ... [--preload MODULES]] [--network-allow PATTERN ...]\n"+
+			"                    [--mcp-config FILE --allow-tool PATTERN ... [--allow-destructive-tool NAME ...]]\n\n"+
 			"Serves the MCP tools run_python, check_environment, validate_python and reset_session, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
 	}
@@ -95,6 +106,9 @@ func run() error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if (code.Allow != nil || code.AllowDestructive != nil) && code.ConfigFile == "" {
+		return fmt.Errorf("--allow-tool and --allow-destructive-tool need --mcp-config: they allow tools of its servers")
 	}
 	if warm.Preload != nil && warm.Dependencies == nil {
 		return fmt.Errorf("--preload needs --preload-env: the modules are preloaded in that environment's jails")
@@ -137,6 +151,15 @@ func run() error {
 		log.Warn("cellblockd is not reachable; starting with generic tool descriptions", "socket", c.Socket(), "err", infoErr)
 	}
 	cfg := mcpserver.Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log, NetworkAllow: netAllow}
+	if code.ConfigFile != "" {
+		code.Version = version
+		tools, err := mcpserver.OpenCodeTools(ctx, code, log)
+		if err != nil {
+			return err
+		}
+		defer tools.Close()
+		cfg.CodeTools = tools
+	}
 	if warm.Dependencies != nil {
 		cfg.Warm = &warm
 		go mcpserver.BuildWarmEnv(ctx, c, &warm, log)

@@ -66,6 +66,11 @@ type RunRequest struct {
 	// Network asks for egress to the hosts it allows (see Network); none
 	// without it.
 	Network *Network `json:"network,omitempty"`
+	// Tools are host tools the code may call (see Tool); a run that
+	// declares any must be streamed, and its caller answers each call.
+	Tools []Tool `json:"tools,omitempty"`
+	// ToolLimits lower the daemon's caps on the run's tool calls.
+	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -130,6 +135,10 @@ type Result struct {
 	Session *SessionState `json:"session,omitempty"`
 	// Denials are what the sandbox refused the program (see Denial).
 	Denials []Denial `json:"denials,omitempty"`
+	// ToolCalls lists the run's tool calls in the order they came;
+	// ToolCallsOverCap counts those refused, unlisted, past its cap.
+	ToolCalls        []ToolCallReport `json:"tool_calls,omitempty"`
+	ToolCallsOverCap int64            `json:"tool_calls_over_cap,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -149,6 +158,9 @@ type Phases struct {
 	// EnvUs is the time to get the run's dependency environment: a few
 	// microseconds for a cached one, the whole build otherwise.
 	EnvUs int64 `json:"env_us,omitempty"`
+	// ToolsUs is the part of ProgramUs during which the code waited for
+	// at least one tool call's answer.
+	ToolsUs int64 `json:"tools_us,omitempty"`
 	// Prestarted reports that the run's jail was built and started
 	// before the request arrived (create_us is then 0 and start_us only
 	// the hand-over); it was new and unused all the same.
@@ -202,6 +214,8 @@ type Info struct {
 	Display *DisplayCaps `json:"display,omitempty"`
 	// NetworkPolicy is what runs may ask of the network, and its caps.
 	NetworkPolicy *NetworkInfo `json:"network_policy,omitempty"`
+	// Tools are the caps on a run's tool calls.
+	Tools *ToolCaps `json:"tools,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -332,6 +346,9 @@ func (r *RunRequest) Validate() *Error {
 	if err := r.Network.validate(); err != nil {
 		return err
 	}
+	if err := r.validateTools(); err != nil {
+		return err
+	}
 	for _, c := range []struct {
 		field string
 		v     float64
@@ -450,9 +467,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // newline-delimited Events while the run goes on instead of one Result.
 const StreamContentType = "application/x-ndjson"
 
-// Event is one line of a streamed run: either a chunk of output or, last,
-// the result.
+// Event is one line of a streamed run: a chunk of output, a tool call
+// for the caller to answer or, last, the result.
 type Event struct {
+	// RunID is set on tool call events: the run the answer goes to.
+	RunID string `json:"run_id,omitempty"`
+	// ToolCall is a call of the run's code to one of its tools.
+	ToolCall *ToolCall `json:"tool_call,omitempty"`
 	// Stream is "stdout" or "stderr" for an output chunk.
 	Stream string `json:"stream,omitempty"`
 	// Data is the chunk, UTF-8 with invalid bytes replaced.

@@ -41,6 +41,9 @@ type Config struct {
 	Keep int
 	// IncludeCode writes each run's code into its line.
 	IncludeCode bool
+	// IncludeToolContent writes each tool call's arguments and answer
+	// (result or error message) into the run's line.
+	IncludeToolContent bool
 }
 
 // Entry is one line of the audit log.
@@ -86,6 +89,10 @@ type Entry struct {
 	// Denials are what the sandbox refused the run (the result's, which
 	// are bounded).
 	Denials []api.Denial `json:"denials,omitempty"`
+	// ToolCalls are the run's tool calls (see ToolCall), and
+	// ToolCallsOverCap those refused past its cap, counted.
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallsOverCap int64      `json:"tool_calls_over_cap,omitempty"`
 }
 
 // Environment is what the audit log keeps of a run's environment.
@@ -97,7 +104,8 @@ type Environment struct {
 }
 
 // NewEntry turns a run record into an audit entry. The code is hashed and
-// left out unless includeCode.
+// left out unless includeCode; so are the tool calls' arguments and
+// answers (see WithToolContent).
 func NewEntry(rec record.Run, includeCode bool) Entry {
 	e := Entry{
 		Time: rec.Started.UTC(), UID: rec.Peer.UID, GID: rec.Peer.GID, PID: rec.Peer.PID,
@@ -139,6 +147,8 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		e.StdoutBytes, e.StderrBytes = len(res.Stdout), len(res.Stderr)
 		e.Denials = res.Denials
 	}
+	e.ToolCalls = toolCalls(rec.ToolCalls, false)
+	e.ToolCallsOverCap = rec.ToolCallsOverCap
 	return e
 }
 
@@ -199,7 +209,11 @@ func (l *Log) open() error {
 // Observe writes the line of one run record; it is the server's Observer
 // (or part of it).
 func (l *Log) Observe(rec record.Run) {
-	if err := l.Write(NewEntry(rec, l.cfg.IncludeCode)); err != nil {
+	e := NewEntry(rec, l.cfg.IncludeCode)
+	if l.cfg.IncludeToolContent {
+		e.WithToolContent(rec)
+	}
+	if err := l.Write(e); err != nil {
 		l.mu.Lock()
 		first := !l.failed
 		l.failed = true

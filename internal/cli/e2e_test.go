@@ -64,6 +64,8 @@ var testInfo = api.Info{
 	MaxConcurrent: 4,
 	QueueSize:     16,
 	Dependencies:  &api.DependencyInfo{Installer: "uv", CacheEntries: 3, CacheBytes: 300 << 20, CacheBudget: 10 << 30},
+	Tools: &api.ToolCaps{Defaults: api.ToolLimits{Calls: 256, ArgumentBytes: 1 << 20, ResultBytes: 1 << 20, TimeoutMs: 30000},
+		Maxima: api.ToolLimits{Calls: 10000, ArgumentBytes: 8 << 20, ResultBytes: 8 << 20, TimeoutMs: 600000}},
 }
 
 type cliResult struct {
@@ -465,7 +467,7 @@ func TestInfo(t *testing.T) {
 		t.Fatalf("info: %+v", got)
 	}
 	for _, want := range []string{"0.1.0-test", "3.11.2, 3.12.3 (default)", "v2", "user namespace", "yes",
-		"256 MiB", "4 GiB", "30s", "5m", "1024", "4 at once", "uv"} {
+		"256 MiB", "4 GiB", "30s", "5m", "1024", "4 at once", "uv", "tool calls per run  256", "tool answer"} {
 		if !strings.Contains(got.stdout, want) {
 			t.Errorf("info lacks %q:\n%s", want, got.stdout)
 		}

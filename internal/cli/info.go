@@ -129,5 +129,6 @@ func writeInfo(w io.Writer, info *api.Info) {
 	fmt.Fprintf(tw, "cpus\t%s\t%s\n", formatCPUs(def.CPUs), formatCPUs(max.CPUs))
 	fmt.Fprintf(tw, "output\t%s\t%s\n", formatSize(def.OutputBytes), formatSize(max.OutputBytes))
 	fmt.Fprintf(tw, "tmp\t%s\t%s\n", formatSize(def.TmpBytes), formatSize(max.TmpBytes))
+	writeToolCaps(tw, info.Tools)
 	tw.Flush()
 }

@@ -67,6 +67,18 @@ Flags:
                        --with, --env, --memory, --pids, --cpus, --tmp and
                        --allow-net when it was created: they cannot be
                        given here
+  --tool NAME=COMMAND  let the code call cellblock.tools.NAME(**arguments)
+                       (repeatable; with --session too): each call runs
+                       COMMAND here, outside the sandbox, with /bin/sh -c,
+                       the arguments as one JSON object on its standard
+                       input; what it prints is the result (JSON, else a
+                       string); a non-zero exit raises cellblock.ToolError
+                       in the code with the end of its standard error. Its
+                       environment is this one's, plus CELLBLOCK_TOOL=NAME
+                       and CELLBLOCK_SOCKET; it is killed when the call's
+                       time is up (the daemon's tool timeout, 30s by default)
+  --tool-timeout DURATION  how long one tool call may take, within the
+                       daemon's maximum (see 'cellblock info')
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -107,6 +119,9 @@ type runOptions struct {
 	json bool
 	// stdin passes the client's standard input to the program.
 	stdin bool
+	// tools are the --tool flags; toolTimeoutMs is --tool-timeout.
+	tools         []cliTool
+	toolTimeoutMs int64
 }
 
 func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
@@ -120,6 +135,8 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", false, "")
 	fs.Var(modeValue{&o.req.Mode}, "cell", "")
 	fs.Var(inputValue{&o.req.Inputs}, "input", "")
+	fs.Var(toolValue{&o.tools}, "tool", "")
+	fs.Var(timeoutValue{&o.toolTimeoutMs}, "tool-timeout", "")
 	return fs
 }
 
@@ -203,7 +220,7 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	cl := inv.newClient()
 
 	if o.json {
-		res, err := cl.Run(ctx, req)
+		res, err := o.carryOut(ctx, inv, cl, req, nil)
 		if err != nil {
 			return inv.failure(ctx, err)
 		}
@@ -220,7 +237,7 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	}
 
 	out := &liveOutput{stdout: inv.stdout, stderr: inv.stderr}
-	res, err := cl.RunStream(ctx, req, out.write)
+	res, err := o.carryOut(ctx, inv, cl, req, out.write)
 	if err != nil {
 		return inv.failure(ctx, err)
 	}
@@ -390,6 +407,7 @@ func (o *runOptions) request(ctx context.Context, inv *invocation) (*api.RunRequ
 			return nil, fmt.Errorf("argument %d (%q) is not UTF-8 text, which is all cellblockd passes on", i+1, a)
 		}
 	}
+	o.declareTools(&req)
 	if e := req.Validate(); e != nil {
 		return nil, errors.New(describeInvalid(e, &req, source))
 	}
@@ -407,6 +425,9 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 	what := e.Field
 	if name, ok := strings.CutPrefix(field, "inputs."); ok {
 		field, what = "", "--input "+name
+	}
+	if strings.HasPrefix(field, "tool") {
+		field, what = "", "--tool"
 	}
 	switch field {
 	case "code":

@@ -67,6 +67,12 @@ func (c *Client) Run(ctx context.Context, req *api.RunRequest) (*api.Result, err
 // RunStream carries out one run, calling onOutput for each chunk of output
 // as the program writes it, and returns the result as Run does.
 func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput func(stream, data string)) (*api.Result, error) {
+	return c.stream(ctx, req, onOutput, nil)
+}
+
+// stream carries out a streamed run: onOutput gets the output, onToolCall
+// (when not nil) each tool call event.
+func (c *Client) stream(ctx context.Context, req *api.RunRequest, onOutput func(stream, data string), onToolCall func(run string, call api.ToolCall)) (*api.Result, error) {
 	resp, err := c.post(ctx, req, api.StreamContentType)
 	if err != nil {
 		return nil, err
@@ -90,6 +96,9 @@ func (c *Client) RunStream(ctx context.Context, req *api.RunRequest, onOutput fu
 		}
 		if onOutput != nil && ev.Stream != "" {
 			onOutput(ev.Stream, ev.Data)
+		}
+		if onToolCall != nil && ev.ToolCall != nil {
+			onToolCall(ev.RunID, *ev.ToolCall)
 		}
 	}
 	if err := sc.Err(); err != nil {

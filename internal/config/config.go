@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/toolrelay"
 )
 
 // Defaults.
@@ -198,6 +199,11 @@ type Config struct {
 	NetworkMaxConnections      int
 	NetworkMaxConnectionsTotal int
 	NetworkMaxBytes            int64
+	// Tools caps the tool calls of runs (defaults and maxima of calls,
+	// argument and answer bytes, and time per call); its KeepContent
+	// writes each call's arguments and answer into the audit log,
+	// otherwise only their sizes and SHA-256.
+	Tools toolrelay.Config
 }
 
 // Default returns the default configuration.
@@ -234,6 +240,7 @@ func Default() Config {
 		NetworkMaxConnections:      DefaultNetworkMaxConnections,
 		NetworkMaxConnectionsTotal: DefaultNetworkMaxConnectionsTotal,
 		NetworkMaxBytes:            DefaultNetworkMaxBytes,
+		Tools:                      toolrelay.DefaultConfig(),
 		Defaults: api.Limits{
 			TimeoutMs:   DefaultTimeout.Milliseconds(),
 			MemoryBytes: DefaultMemory,
@@ -346,6 +353,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NetworkMaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("--network-max-bytes %d must be positive", c.NetworkMaxBytes))
+	}
+	if err := c.Tools.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||

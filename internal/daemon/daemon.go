@@ -142,7 +142,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 	var auditLog *audit.Log
 	if cfg.AuditLog != config.AuditLogOff {
 		auditLog, err = audit.Open(audit.Config{Path: cfg.AuditLog, MaxBytes: cfg.AuditLogMaxBytes,
-			Keep: cfg.AuditLogKeep, IncludeCode: cfg.AuditCode}, log)
+			Keep: cfg.AuditLogKeep, IncludeCode: cfg.AuditCode, IncludeToolContent: cfg.Tools.KeepContent}, log)
 		if err != nil {
 			return err
 		}
@@ -315,6 +315,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 			}
 		},
 		Metrics: stats.Handler(),
+		Tools:   cfg.Tools,
 	}, service)
 	stats.SetLoad(srv.Load)
 	stats.SetPrestartReady(exec.PrestartReady)
@@ -422,5 +423,7 @@ func reportLimits(cfg config.Config) runnerfiles.Limits {
 	l.DisplayItemBytes = int(cfg.DisplayItemBytes)
 	l.DisplayTotalBytes = int(cfg.DisplayTotalBytes)
 	l.FrameBytes = max(l.FrameBytes, int(min(cfg.DisplayItemBytes*6+1<<20, 1<<30)))
+	// A tool call's frame carries its arguments as they are.
+	l.FrameBytes = max(l.FrameBytes, int(cfg.Tools.Maxima.ArgumentBytes+64<<10))
 	return l
 }

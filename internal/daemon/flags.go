@@ -152,4 +152,19 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Var(size{&cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
 	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
 	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
+	toolFlags(fs, cfg)
+}
+
+// toolFlags binds the caps on tool calls (see toolrelay.Config).
+func toolFlags(fs *flag.FlagSet, cfg *config.Config) {
+	d, m := &cfg.Tools.Defaults, &cfg.Tools.Maxima
+	fs.Int64Var(&d.Calls, "default-tool-calls", d.Calls, "default cap on the tool calls of one run; later calls fail in the code")
+	fs.Int64Var(&m.Calls, "max-tool-calls", m.Calls, "maximum cap on the tool calls of one run")
+	fs.Var(size{&d.ArgumentBytes}, "default-tool-argument-bytes", "default cap on one tool call's arguments, as JSON (default 1M)")
+	fs.Var(size{&m.ArgumentBytes}, "max-tool-argument-bytes", "maximum cap on one tool call's arguments (default 8M)")
+	fs.Var(size{&d.ResultBytes}, "default-tool-result-bytes", "default cap on one tool call's answer, as JSON (default 1M)")
+	fs.Var(size{&m.ResultBytes}, "max-tool-result-bytes", "maximum cap on one tool call's answer (default 8M)")
+	fs.Var(durationMs{&d.TimeoutMs}, "default-tool-timeout", "default time a tool call waits for its answer")
+	fs.Var(durationMs{&m.TimeoutMs}, "max-tool-timeout", "maximum time a tool call may wait for its answer")
+	fs.BoolVar(&cfg.Tools.KeepContent, "audit-tool-content", cfg.Tools.KeepContent, "write each tool call's arguments and answer into the audit log (default: only their sizes and SHA-256)")
 }

@@ -43,6 +43,8 @@ func testInfo() api.Info {
 			Installer: "pip", NoIndex: true, FindLinks: []string{"/srv/wheels"}, OnlyBinary: true,
 			CacheEntries: 2, CacheBytes: 5 << 20, CacheBudget: 1 << 30,
 		},
+		Tools: &api.ToolCaps{Defaults: api.ToolLimits{Calls: 256, ArgumentBytes: 1 << 20, ResultBytes: 1 << 20, TimeoutMs: 30000},
+			Maxima: api.ToolLimits{Calls: 10000, ArgumentBytes: 8 << 20, ResultBytes: 8 << 20, TimeoutMs: 600000}},
 	}
 }
 

@@ -36,7 +36,7 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 
 	relay := newOutputRelay(ctx, h.srv, req)
-	res, err := h.client.RunStream(ctx, rr, relay.Add)
+	res, err := h.stream(ctx, rr, relay.Add)
 	relay.Close()
 	if err != nil {
 		return h.daemonFailure(ctx, "run the program", err), nil
@@ -62,6 +62,7 @@ func runResult(res *api.Result, info *api.Info) *mcp.CallToolResult {
 		b.WriteString(stopText(res))
 		b.WriteString("\n")
 		b.WriteString(usageText(res))
+		b.WriteString(toolCallsText(res))
 		writeStream(&b, "stdout", res.Stdout, res.StdoutTruncated, res)
 		writeStream(&b, "stderr", res.Stderr, res.StderrTruncated, res)
 		b.WriteString(denialsText(res.Denials))

@@ -69,6 +69,9 @@ type Config struct {
 	// (network.allow patterns, checked by the caller); empty leaves
 	// run_python without a network_allow parameter.
 	NetworkAllow []string
+	// CodeTools are other MCP servers' tools that run_python's code may
+	// call (OpenCodeTools); nil for none.
+	CodeTools *CodeTools
 }
 
 // handler carries out the tool calls of one MCP server.
@@ -90,6 +93,8 @@ type handler struct {
 	warm *WarmEnv
 	// netAllow is Config.NetworkAllow, parsed.
 	netAllow []api.NetPattern
+	// code is Config.CodeTools.
+	code *CodeTools
 }
 
 // New returns an MCP server offering cellblock's tools. Serve it with
@@ -111,6 +116,7 @@ func New(cfg Config) *server.MCPServer {
 		startErr: cfg.InfoErr,
 		warm:     cfg.Warm,
 		netAllow: parseNetworkAllow(cfg.NetworkAllow),
+		code:     cfg.CodeTools,
 		sessions: &sessionTable{client: cfg.Client, log: log},
 	}
 	// A connection's named sessions live as long as mcp-go's session.
@@ -151,7 +157,7 @@ func instructionsFor(allow []api.NetPattern) string {
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
 	return []server.ServerTool{
-		{Tool: withNetwork(runPythonTool(info, h.warm), info, h.netAllow), Handler: h.runPython},
+		{Tool: h.code.withTools(withNetwork(runPythonTool(info, h.warm), info, h.netAllow)), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
 		{Tool: resetSessionTool(), Handler: h.resetSession},

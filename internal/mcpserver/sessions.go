@@ -387,7 +387,7 @@ func (h *handler) runInSession(ctx context.Context, req mcp.CallToolRequest, arg
 		return runResult(&api.Result{Error: e}, h.currentInfo())
 	}
 	relay := newOutputRelay(ctx, h.srv, req)
-	res, err := h.client.RunStream(ctx, &run, relay.Add)
+	res, err := h.stream(ctx, &run, relay.Add)
 	relay.Close()
 	if err != nil {
 		return h.daemonFailure(ctx, fmt.Sprintf("run the program in session %q", name), err)

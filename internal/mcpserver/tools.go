@@ -477,8 +477,11 @@ func resultSchema() map[string]any {
 					"teardown_us": typed("integer", "removing the cgroup and the container"),
 					"env_us":      typed("integer", "getting the dependency environment: a few microseconds for a cached one, the whole build otherwise"),
 					"prestarted":  typed("boolean", "the jail was built and started before the request arrived (new and unused all the same)"),
+					"tools_us":    typed("integer", "the part of program_us during which the code waited for tool calls"),
 				},
 			},
+			"tool_calls":          toolCallsSchema(),
+			"tool_calls_over_cap": typed("integer", "tool calls refused, unlisted, because the run had made as many as it may"),
 			"value": map[string]any{
 				"type":        "object",
 				"description": "the value of the code's last expression, when it is one and not None",
@@ -575,6 +578,7 @@ func infoSchema() map[string]any {
 			"prestart_shapes":       typed("integer", "how many other kinds of run (dependencies, another Python, another tmp size) keep one started jail each once used; a repeated run of the same script with dependencies starts as fast as one without"),
 			"prestart_shapes_ready": typed("integer", "of those, how many wait now"),
 			"filesystem":            typed("string", "what a run may write"),
+			"tools":                 toolCapsSchema(),
 			"display": map[string]any{
 				"type":        "object",
 				"description": "caps on a run's rich output (plots, HTML), value and exception",

@@ -34,6 +34,7 @@ type Metrics struct {
 	prestart  prometheus.Counter
 	sessions  *prometheus.CounterVec
 	denials   *prometheus.CounterVec
+	tools     *toolMetrics
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
 	open      atomic.Pointer[func() int]
@@ -84,6 +85,7 @@ func New(version string) *Metrics {
 			Name: "cellblock_runs_prestarted_total",
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
 		}),
+		tools: newToolMetrics(),
 	}
 	for _, o := range record.Outcomes {
 		m.runs.WithLabelValues(o)
@@ -102,6 +104,7 @@ func New(version string) *Metrics {
 	info.Set(1)
 	m.reg.MustRegister(
 		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, m.denials, info,
+		m.tools.calls, m.tools.duration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
 			Help: "Runs executing now.",
@@ -179,6 +182,7 @@ func (m *Metrics) readLoad() (running, queued int) {
 func (m *Metrics) Observe(rec record.Run) {
 	res := rec.Result
 	m.runs.WithLabelValues(record.Outcome(res)).Inc()
+	m.tools.observe(rec)
 	if res == nil || res.RunID == "" {
 		return // refused before it ran: nothing was timed or built
 	}

@@ -20,6 +20,10 @@ type Run struct {
 	Result   *api.Result
 	Started  time.Time
 	Duration time.Duration
+	// ToolCalls are the run's tool calls in the order they came, and
+	// ToolCallsOverCap counts those refused past its cap (not listed).
+	ToolCalls        []ToolCall
+	ToolCallsOverCap int64
 }
 
 // Outcomes of a run request: one word that the metrics count by and the

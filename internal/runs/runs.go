@@ -18,11 +18,15 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/internal/egress"
+	"github.com/cellblock/cellblock/internal/toolrelay"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/rootfs"
 )
+
+// The server's tool relays are what the jail takes.
+var _ nsjail.ToolRelay = (*toolrelay.Relay)(nil)
 
 // Config is what an Executor is built from: the daemon's objects, all
 // ready (the Runner already probed).
@@ -129,6 +133,9 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	spec := e.spec(id, py, req, l, env)
 	if proxy != nil {
 		spec.Egress = proxy
+	}
+	if t := toolrelay.FromContext(ctx); t != nil {
+		spec.Runner.Tools = t // not part of the jail's shape
 	}
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {

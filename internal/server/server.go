@@ -21,6 +21,7 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/internal/toolrelay"
 )
 
 // Executor carries out validated runs. The daemon's executor puts them in
@@ -49,6 +50,9 @@ type Config struct {
 	// Metrics, if set, is served at GET /metrics (behind the same
 	// peer-credential check as the API).
 	Metrics http.Handler
+	// Tools caps the tool calls of runs (toolrelay.DefaultConfig when
+	// its defaults are unset).
+	Tools toolrelay.Config
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -62,6 +66,8 @@ type Server struct {
 	runs       context.Context
 	cancelRuns context.CancelFunc
 	draining   chan struct{}
+	// tools holds the relays of the runs with tools, for their answers.
+	tools *toolrelay.Registry
 	// mu orders entering (enter) against the start of draining, so that
 	// no run is added to inflight once Serve waits on it.
 	mu       sync.Mutex
@@ -77,6 +83,9 @@ func New(cfg Config, exec Executor) *Server {
 	if cfg.Allowed == nil {
 		cfg.Allowed = func(p peercred.Peer) bool { return p.UID == 0 }
 	}
+	if cfg.Tools.Defaults.Calls == 0 {
+		cfg.Tools = toolrelay.DefaultConfig()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:        cfg,
@@ -86,6 +95,7 @@ func New(cfg Config, exec Executor) *Server {
 		runs:       ctx,
 		cancelRuns: cancel,
 		draining:   make(chan struct{}),
+		tools:      toolrelay.NewRegistry(),
 	}
 }
 
@@ -97,6 +107,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathHealth, s.handleHealth)
 	s.registerEnvs(mux)
 	s.registerSessions(mux)
+	s.registerTools(mux)
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
@@ -206,6 +217,7 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	info.MaxConcurrent = s.cfg.MaxConcurrent
 	info.QueueSize = s.cfg.QueueSize
 	info.Running, info.Queued = s.admit.load()
+	info.Tools = &api.ToolCaps{Defaults: s.cfg.Tools.Defaults, Maxima: s.cfg.Tools.Maxima}
 	writeJSON(w, http.StatusOK, info)
 }
 
@@ -223,6 +235,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var limits api.Limits
 	if aerr == nil {
 		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
+	}
+	stream := r.Header.Get("Accept") == api.StreamContentType
+	var tools *runTools
+	if aerr == nil {
+		tools, aerr = s.prepareTools(req, stream)
 	}
 	if aerr != nil {
 		s.refuse(w, peer, req, started, aerr)
@@ -250,14 +267,13 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 
 	id := newRunID()
-	stream := r.Header.Get("Accept") == api.StreamContentType
 	var sw *streamWriter
 	var onOutput func(string, []byte)
 	if stream {
 		sw = newStreamWriter(w)
 		onOutput = sw.output
 	}
-	res, err := s.execute(ctx, peer, id, req, limits, onOutput)
+	res, err := s.execute(tools.open(ctx, s, id, peer, sw), peer, id, req, limits, onOutput)
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:
@@ -278,9 +294,12 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if res.Limits == nil {
 		res.Limits = &limits
 	}
+	rec := record.Run{Peer: peer, Request: req, Result: res, Started: started}
+	tools.finish(res, &rec)
 	s.logRun(peer, id, res, started)
 	if s.cfg.Observer != nil {
-		s.cfg.Observer(record.Run{Peer: peer, Request: req, Result: res, Started: started, Duration: time.Since(started)})
+		rec.Duration = time.Since(started)
+		s.cfg.Observer(rec)
 	}
 	if sw != nil {
 		sw.result(res)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/toolrelay"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/runner"
 )
@@ -410,11 +411,15 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	if mode == "" {
 		mode = api.ModeCell
 	}
-	out, err := e.opened.Interp.Run(ctx, &nsjail.SessionRun{
+	run := &nsjail.SessionRun{
 		ID: runID, Mode: mode, Code: req.Code, Inputs: req.Inputs, Stdin: []byte(req.Stdin),
 		Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
 		OutputBytes: l.OutputBytes,
-	}, onOutput)
+	}
+	if t := toolrelay.FromContext(ctx); t != nil {
+		run.Tools = t
+	}
+	out, err := e.opened.Interp.Run(ctx, run, onOutput)
 
 	m.mu.Lock()
 	e.busy = false

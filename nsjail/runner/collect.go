@@ -103,6 +103,9 @@ const jsonMIME = "application/json"
 type Collector struct {
 	// OnStarted, when set, is called once, when the started message arrives.
 	OnStarted func()
+	// OnToolCall, when set, is given the payload of every tool_call frame
+	// (valid until it returns); without it they are ignored.
+	OnToolCall func(payload []byte)
 
 	limits        Limits
 	res           Result
@@ -167,6 +170,10 @@ func (c *Collector) Handle(payload []byte) {
 		c.done(payload)
 	case TypeExit:
 		c.exit(payload)
+	case TypeToolCall:
+		if c.OnToolCall != nil {
+			c.OnToolCall(payload)
+		}
 	default:
 		// ready again, or a later version's messages: ignored.
 	}

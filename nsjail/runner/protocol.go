@@ -178,6 +178,10 @@ type Run struct {
 	// StdinNull: the program was given no standard input, and gets
 	// /dev/null, not the (empty) pipe the runner started with.
 	StdinNull bool `json:"stdin_null,omitempty"`
+	// Tools the code may call, and the caps the runner applies to them
+	// (tools.go); absent for a run without tools.
+	Tools      []Tool      `json:"tools,omitempty"`
+	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 }
 
 // ErrFrameTooLarge is returned for a frame over the reader's maximum; the

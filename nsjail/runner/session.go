@@ -46,6 +46,9 @@ type SessionRun struct {
 	Filename string                     `json:"filename"`
 	Inputs   map[string]json.RawMessage `json:"inputs,omitempty"`
 	Limits   Limits                     `json:"limits"`
+	// Tools and ToolLimits are as in Run.
+	Tools      []Tool      `json:"tools,omitempty"`
+	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 }
 
 // Variable is one of a session's globals, as its runner reported it.

@@ -83,6 +83,7 @@ func Start(t testing.TB, info api.Info, run RunFunc) *Daemon {
 		MaxConcurrent: info.MaxConcurrent,
 		QueueSize:     info.QueueSize,
 		Allowed:       func(p peercred.Peer) bool { return p.UID == me },
+		Tools:         toolsConfig(info.Tools),
 	}, (*executor)(d))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -169,7 +170,9 @@ func (e *executor) Execute(ctx context.Context, _ string, req *api.RunRequest, _
 			onOutput(stream, []byte(data))
 		}
 	}
+	ctx, stop := withTools(ctx)
 	res, err := run(ctx, req, emit)
+	stop()
 	if ctx.Err() != nil {
 		d.canceled <- req.Code
 	}

@@ -511,6 +511,12 @@ def _setup():
     g = main.__dict__
     if loader is None:
         g.pop("__loader__", None)
+    tools = msg.get("tools")
+    if tools is not None:
+        from cellblock import _tools
+        _tools.begin(ch, tools, msg.get("tool_limits"))
+        if mode == "cell":
+            g["tools"] = cellblock.tools
     for k, v in inputs.items():
         if type(k) is str and k.isidentifier() and not (k.startswith("__") and k.endswith("__")):
             g[k] = v
@@ -643,6 +649,7 @@ def _report(r, value, has_value, _dumps=json.dumps):
                 "line": line}})
         except Exception:
             pass
+    _end_tools()
     before = getattr(r, "before_done", None)
     if before is not None:
         try:
@@ -659,6 +666,17 @@ def _report(r, value, has_value, _dumps=json.dumps):
         ch.send(done)
     except Exception:
         pass
+
+
+def _end_tools():
+    """End the run's tool calls (cellblock._tools), if it declared tools:
+    their reader stops reading the channel before the run's done."""
+    t = sys.modules.get("cellblock._tools")
+    if t is not None:
+        try:
+            t.end()
+        except BaseException:
+            pass
 
 
 # Set when the interpreter must finalize in full: a flush that fails makes

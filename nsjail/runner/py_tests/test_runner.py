@@ -487,10 +487,10 @@ class DisplayTest(unittest.TestCase):
         self.assertEqual(r.stdout, b"1\n'a'\n")
         self.assertEqual(r.of("display"), [])
 
-    def test_tools_stub(self):
+    def test_tools_without_any(self):
         r = h.run("import cellblock\ntry:\n    cellblock.tools.search(q=1)\nexcept cellblock.ToolError as e:\n"
                   "    print('ToolError', e)\nprint(hasattr(cellblock.tools, '__wrapped__'))")
-        self.assertEqual(r.stdout, b"ToolError tools are not available in this run\nFalse\n", r)
+        self.assertEqual(r.stdout, b"ToolError no tool 'search': this run declares no tools\nFalse\n", r)
 
 
 @unittest.skipUnless(__import__("importlib.util").util.find_spec("matplotlib"), "matplotlib is not installed")

@@ -3,6 +3,7 @@
 display(obj, ...)  send objects' rich output (PNG, SVG, HTML, ...) with the run's result
 inputs             the run's inputs, a dict of name -> JSON value
 tools              host tools the run may call, as tools.NAME(**arguments)
+call_tool          call_tool(NAME, {...}): the same, with the arguments as a dict
 ToolError          raised when a tool call fails
 """
 
@@ -10,7 +11,7 @@ from os import getpid as _getpid
 
 from cellblock import _channel
 
-__all__ = ["display", "inputs", "tools", "ToolError"]
+__all__ = ["display", "inputs", "tools", "call_tool", "ToolError"]
 
 
 class ToolError(Exception):
@@ -37,18 +38,71 @@ def display(*objs):
 inputs = {}
 
 
+class _NoTool(ToolError, AttributeError):
+    """There is no such tool in this run."""
+
+
+# The run's tool client (cellblock._tools.Client) and the functions made
+# for its tools so far; set by the runner, None outside a run with tools.
+_client = None
+_made = {}
+
+
+def _declare(client):
+    global _client
+    _client = client
+    _made.clear()
+
+
 class _Tools:
-    """Host tools, callable as tools.NAME(**arguments)."""
+    """The run's host tools: tools.NAME(**arguments) calls NAME on the
+    caller's side and returns its JSON result; a failed call raises
+    ToolError. dir(tools) lists them and help(tools.NAME) describes one."""
 
     __slots__ = ()
 
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        raise ToolError("tools are not available in this run")
+        c = _client
+        if c is None or name not in c.tools:
+            if c is None or not c.tools:
+                raise _NoTool("no tool %r: this run declares no tools" % name)
+            raise _NoTool("no tool %r in this run; it declares %s" % (name, ", ".join(sorted(c.tools))))
+        f = _made.get(name)
+        if f is None:
+            from cellblock import _tools
+            f = _made[name] = _tools.function(c, name)
+        return f
+
+    def __dir__(self):
+        c = _client
+        return sorted(c.tools) if c is not None else []
+
+    def __contains__(self, name):
+        c = _client
+        return c is not None and name in c.tools
 
     def __repr__(self):
-        return "<cellblock tools: none available>"
+        c = _client
+        if c is None or not c.tools:
+            return "<cellblock tools: none in this run>"
+        from cellblock import _tools
+        text = ", ".join(_tools.signature(n, c.tools[n][1]) for n in sorted(c.tools))
+        if len(text) > _tools.REPR_BYTES:
+            text = text[:_tools.REPR_BYTES] + " ..."
+        return "<cellblock tools: %s>" % text
 
 
 tools = _Tools()
+
+
+def call_tool(name, arguments=None, **kwargs):
+    """Call the run's tool name with arguments (a dict) and kwargs, as
+    tools.NAME(**arguments) does, for names or arguments that are not
+    Python identifiers. Returns its JSON result; raises ToolError when the
+    call fails."""
+    args = dict(arguments) if arguments is not None else {}
+    args.update(kwargs)
+    from cellblock import _tools
+    return _tools.call(name, args)

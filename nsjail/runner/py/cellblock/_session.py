@@ -205,10 +205,17 @@ def _run(ch, g, msg, fds, null, runner):
     _close_all(fds)
     _fresh_stdin()
 
+    cellblock = _sys.modules.get("cellblock")
+    tools = msg.get("tools")
+    if tools is not None and cellblock is not None:
+        # The run's tools, as cellblock.tools and the global tools (an
+        # input of that name wins).
+        from cellblock import _tools
+        _tools.begin(ch, tools, msg.get("tool_limits"))
+        g["tools"] = cellblock.tools
     for k, v in inputs.items():
         if type(k) is str and k.isidentifier() and not (k.startswith("__") and k.endswith("__")):
             g[k] = v
-    cellblock = _sys.modules.get("cellblock")
     if cellblock is not None:
         cellblock.inputs.clear()
         cellblock.inputs.update(inputs)
@@ -229,6 +236,7 @@ def _run(ch, g, msg, fds, null, runner):
         its descriptors given up, its variables reported."""
         _arm(False)
         if not ended:
+            runner._end_tools()
             ended.append(True)
             _after(ch, g, null, seq)
     r.before_done = end

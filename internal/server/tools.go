@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/internal/toolrelay"
+)
+
+// The tool bridge's side of the API: a run that declares tools must be
+// streamed; its relay (package toolrelay) sends each call as an event of
+// the stream, and the caller answers with POST api.PathToolCalls, a
+// second request on the same socket. Calls are answered by the uid that
+// started the run (or root); anyone else is told not_found, as for a call
+// that does not exist.
+
+// errStreamGone is the error of a tool call the caller's stream can no
+// longer carry.
+var errStreamGone = errors.New("the caller's stream failed")
+
+// registerTools adds the route that answers tool calls.
+func (s *Server) registerTools(mux *http.ServeMux) {
+	mux.HandleFunc("POST "+api.PathToolCalls, s.handleToolAnswer)
+}
+
+func (s *Server) handleToolAnswer(w http.ResponseWriter, r *http.Request) {
+	peer, _ := PeerFrom(r.Context())
+	run, id := r.PathValue("run"), r.PathValue("call")
+	relay, aerr := s.tools.Lookup(peer, run, id)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		writeError(w, api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct))
+		return
+	}
+	limit := relay.AnswerLimit()
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		writeError(w, api.Errorf(api.ErrBadRequest, "", "read the answer: %v", err))
+		return
+	}
+	if aerr := relay.Answer(peer, id, body, int64(len(body)) > limit); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ToolAnswered{ID: id, Answered: true})
+}
+
+// runTools is what handleRun does for a run's tools: Prepare checks
+// them; open starts the relay, which the executor finds in the context;
+// finish puts the calls into the result and the record.
+type runTools struct {
+	tools *toolrelay.Tools
+	relay *toolrelay.Relay
+}
+
+// prepareTools checks req's tools; stream says whether its caller asked
+// for a stream, which a run with tools needs.
+func (s *Server) prepareTools(req *api.RunRequest, stream bool) (*runTools, *api.Error) {
+	tools, aerr := toolrelay.Prepare(req, s.cfg.Tools)
+	if aerr != nil || tools == nil {
+		return nil, aerr
+	}
+	if !stream {
+		return nil, api.Errorf(api.ErrBadRequest, "tools", "a run that declares tools must be streamed (Accept: %s): "+
+			"each call comes to the caller as an event of the stream, and the caller answers it with POST %s",
+			api.StreamContentType, api.PathToolCalls)
+	}
+	return &runTools{tools: tools}, nil
+}
+
+// open starts the relay of run id, whose calls go to sw, and returns the
+// context the executor gets it in. Nil-safe.
+func (t *runTools) open(ctx context.Context, s *Server, id string, peer peercred.Peer, sw *streamWriter) context.Context {
+	if t == nil {
+		return ctx
+	}
+	t.relay = s.tools.Open(t.tools, id, peer, func(c api.ToolCall) error { return sw.toolCall(id, c) }, s.log)
+	return toolrelay.NewContext(ctx, t.relay)
+}
+
+// finish ends the relay and reports its calls in res and rec. Nil-safe.
+func (t *runTools) finish(res *api.Result, rec *record.Run) {
+	if t == nil || t.relay == nil {
+		return
+	}
+	t.relay.Close()
+	calls, records, over, busy := t.relay.Report()
+	res.ToolCalls, res.ToolCallsOverCap = calls, over
+	if res.Phases != nil {
+		res.Phases.ToolsUs = busy.Microseconds()
+	}
+	rec.ToolCalls, rec.ToolCallsOverCap = records, over
+}
+
+// toolCall sends a tool call to the caller as an event.
+func (s *streamWriter) toolCall(run string, c api.ToolCall) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed {
+		return errStreamGone
+	}
+	s.start()
+	if err := s.enc.Encode(api.Event{RunID: run, ToolCall: &c}); err != nil {
+		s.failed = true
+		return err
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.failed = true
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,506 @@
+// Package toolrelay relays the tool calls of a run's code (see
+// nsjail/runner/PROTOCOL.md, "Tools") to the run's caller, and the
+// caller's answers back: a Relay per run that declares tools, and a
+// Registry in which the answers (POST api.ToolCallPath) find their call.
+//
+// Everything a jail sends is untrusted: before a call reaches the caller
+// the relay checks that its tool was declared, that its arguments are
+// within the run's cap and pass the tool's input schema, and that the run
+// has calls left; otherwise the code gets a ToolError and the caller never
+// hears of it. Each call has a random id of its own, answered once, by the
+// uid that started the run (or root): ids the jail chose never leave the
+// run. The relay times every call, gives up on it after the run's
+// per-call timeout, and keeps a record of each for the result, the audit
+// log and the metrics.
+//
+// It runs no tool, holds no kernel object and does not listen: the server
+// creates relays and routes answers; the jail moves the frames.
+package toolrelay
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/nsjail/runner"
+)
+
+// Defaults and bounds of the caps on a run's tool calls (cellblockd's
+// --default-tool-* and --max-tool-* flags).
+const (
+	DefaultCalls         = 256
+	DefaultArgumentBytes = 1 << 20
+	DefaultResultBytes   = 1 << 20
+	DefaultTimeout       = 30 * time.Second
+
+	MaxCalls         = 100000
+	MaxArgumentBytes = 8 << 20
+	MaxResultBytes   = 8 << 20
+	MaxTimeout       = time.Hour
+
+	// unsentBytes bounds the arguments a run's calls hold in the daemon
+	// while they wait to be written to its caller (one that does not
+	// read its stream holds them): past it, calls are refused. At least
+	// one call of the largest arguments allowed always fits.
+	unsentBytes = 32 << 20
+	// contentBytes bounds the arguments and answers a record keeps with
+	// KeepContent; larger ones keep only their size and hash.
+	contentBytes = 64 << 10
+)
+
+// Config is the daemon's side of tool calls.
+type Config struct {
+	// Defaults apply to a run that asks for no tool_limits; Maxima bound
+	// what one may ask for.
+	Defaults, Maxima api.ToolLimits
+	// KeepContent keeps each call's arguments and answer in its record
+	// (the audit log's --audit-tool-content); else only sizes and hashes.
+	KeepContent bool
+}
+
+// DefaultConfig is the daemon's default Config.
+func DefaultConfig() Config {
+	return Config{
+		Defaults: api.ToolLimits{Calls: DefaultCalls, ArgumentBytes: DefaultArgumentBytes, ResultBytes: DefaultResultBytes,
+			TimeoutMs: DefaultTimeout.Milliseconds()},
+		Maxima: api.ToolLimits{Calls: 10000, ArgumentBytes: MaxArgumentBytes, ResultBytes: MaxResultBytes,
+			TimeoutMs: (10 * time.Minute).Milliseconds()},
+	}
+}
+
+// Validate checks that every default is positive and within its maximum,
+// and every maximum within the bounds above.
+func (c Config) Validate() error {
+	d, m := c.Defaults, c.Maxima
+	for _, f := range []struct {
+		name        string
+		def, max, n int64
+	}{
+		{"tool-calls", d.Calls, m.Calls, MaxCalls},
+		{"tool-argument-bytes", d.ArgumentBytes, m.ArgumentBytes, MaxArgumentBytes},
+		{"tool-result-bytes", d.ResultBytes, m.ResultBytes, MaxResultBytes},
+		{"tool-timeout", d.TimeoutMs, m.TimeoutMs, MaxTimeout.Milliseconds()},
+	} {
+		if f.def <= 0 || f.def > f.max || f.max > f.n {
+			return fmt.Errorf("--default-%s %d and --max-%s %d: want 0 < default <= maximum <= %d", f.name, f.def, f.name, f.max, f.n)
+		}
+	}
+	return nil
+}
+
+// Tools are a run's declared tools, checked and compiled, with the caps
+// that apply to its calls. Make them with Prepare.
+type Tools struct {
+	declared []runner.Tool
+	schemas  map[string]*jsonschema.Schema // nil for a tool that takes any object
+	caps     api.ToolLimits
+	keep     bool
+}
+
+// Prepare checks req's tools and tool_limits against cfg: nil when it
+// declares none; an *api.Error naming the field for a cap over its
+// maximum or an input schema that does not compile
+// (tools[i].input_schema). req must have passed Validate.
+func Prepare(req *api.RunRequest, cfg Config) (*Tools, *api.Error) {
+	if len(req.Tools) == 0 {
+		return nil, nil
+	}
+	caps, aerr := req.ToolLimits.Resolve(cfg.Defaults, cfg.Maxima)
+	if aerr != nil {
+		return nil, aerr
+	}
+	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*jsonschema.Schema{}}
+	for i, tool := range req.Tools {
+		t.declared = append(t.declared, runner.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
+		if len(tool.InputSchema) == 0 || string(tool.InputSchema) == "null" {
+			t.schemas[tool.Name] = nil
+			continue
+		}
+		s, err := compileSchema(tool.InputSchema)
+		if err != nil {
+			return nil, api.Errorf(api.ErrBadRequest, fmt.Sprintf("tools[%d].input_schema", i), "is not a JSON Schema the daemon can check arguments with: %v", err)
+		}
+		t.schemas[tool.Name] = s
+	}
+	return t, nil
+}
+
+// Caps are the caps that apply to the run's calls.
+func (t *Tools) Caps() api.ToolLimits { return t.caps }
+
+// Relay carries out one run's tool calls. It implements nsjail.ToolRelay
+// (which this package does not import, to keep the server light);
+// the server answers its calls through the Registry.
+type Relay struct {
+	tools *Tools
+	runID string
+	owner uint32
+	emit  func(api.ToolCall) error
+	log   *slog.Logger
+	reg   *Registry
+
+	ctx    context.Context // ends when the relay stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the calls being served
+
+	mu        sync.Mutex
+	reply     func([]byte)
+	started   bool
+	stopped   bool
+	count     int64 // calls taken, refused ones included
+	overCap   int64
+	pending   map[string]*call // by the caller's id
+	jailIDs   map[string]bool  // the runner's ids of the calls pending
+	records   []record.ToolCall
+	active    int // calls waiting for the caller
+	busySince time.Time
+	busy      time.Duration
+	unsent    int64 // the arguments of calls not yet written to the caller
+}
+
+// call is one call that went to the caller.
+type call struct {
+	id, jailID, name string
+	arguments        json.RawMessage
+	index            int // in records
+	start            time.Time
+	answer           chan answer // gets the caller's answer, once
+}
+
+// answer is how a call ended.
+type answer struct {
+	outcome string // api.Tool*
+	result  json.RawMessage
+	errText string // the error the code gets
+	reason  string // the daemon's reason, for the record
+	size    int    // the answer's size as the caller sent it
+	sum     string
+}
+
+// Declared implements nsjail.ToolRelay.
+func (r *Relay) Declared() ([]runner.Tool, runner.ToolLimits) {
+	return r.tools.declared, runner.ToolLimits{ArgumentBytes: r.tools.caps.ArgumentBytes, TimeoutMs: r.tools.caps.TimeoutMs}
+}
+
+// Start implements nsjail.ToolRelay.
+func (r *Relay) Start(reply func([]byte)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.stopped {
+		r.reply, r.started = reply, true
+	}
+}
+
+// Call implements nsjail.ToolRelay: it checks the call, refuses it at once
+// (the code gets a ToolError) or sends it to the caller, without waiting.
+func (r *Relay) Call(payload []byte) {
+	now := time.Now()
+	c, perr := runner.ParseToolCall(payload)
+
+	r.mu.Lock()
+	if r.stopped || !r.started {
+		r.mu.Unlock()
+		return
+	}
+	if r.count >= r.tools.caps.Calls {
+		r.overCap++
+		reply := r.reply
+		r.mu.Unlock()
+		if c.ID != "" {
+			r.refuse(reply, c.ID, fmt.Sprintf("this run has made %d tool calls, the most it may (tool_limits.calls)", r.tools.caps.Calls))
+		}
+		return
+	}
+	r.count++
+	index := len(r.records)
+	sum := sha256.Sum256(c.Arguments)
+	rec := record.ToolCall{Name: boundName(c.Name), Started: now, Outcome: api.ToolRefused,
+		ArgumentBytes: len(c.Arguments), ArgumentSHA256: hex.EncodeToString(sum[:])}
+	if r.tools.keep && perr == nil && len(c.Arguments) <= contentBytes {
+		rec.Arguments = c.Arguments
+	}
+	_, rec.Declared = r.tools.schemas[c.Name]
+	r.records = append(r.records, rec)
+	inUse := r.jailIDs[c.ID]
+	r.mu.Unlock()
+
+	// The checks that cost time run without the lock.
+	why := ""
+	schema := r.tools.schemas[c.Name]
+	switch {
+	case c.ID == "":
+		why = fmt.Sprintf("malformed tool_call frame (%v)", perr)
+	case perr != nil:
+		why = fmt.Sprintf("malformed tool call: %v", perr)
+	case !rec.Declared:
+		why = fmt.Sprintf("no tool %q in this run: its caller declared %s", c.Name, r.names())
+	case int64(len(c.Arguments)) > r.tools.caps.ArgumentBytes:
+		why = fmt.Sprintf("the arguments of %s are %d bytes; a call may pass at most %d (tool_limits.argument_bytes)", c.Name, len(c.Arguments), r.tools.caps.ArgumentBytes)
+	case inUse:
+		why = fmt.Sprintf("call id %q is already waiting for an answer", c.ID)
+	case r.unsentOver(int64(len(c.Arguments))):
+		why = fmt.Sprintf("the caller has not yet taken %d bytes of this run's earlier calls: too many waiting to be sent", unsentBytes)
+	case schema != nil:
+		if err := validate(schema, c.Arguments); err != nil {
+			why = fmt.Sprintf("the arguments of %s do not match its input schema: %v", c.Name, err)
+		}
+	}
+
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	reply := r.reply
+	if why != "" || r.jailIDs[c.ID] {
+		if why == "" {
+			why = fmt.Sprintf("call id %q is already waiting for an answer", c.ID)
+		}
+		r.records[index].Reason = why
+		r.records[index].Duration = time.Since(now)
+		r.mu.Unlock()
+		if c.ID != "" {
+			r.refuse(reply, c.ID, why)
+		}
+		return
+	}
+	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, index: index, start: now, answer: make(chan answer, 1)}
+	r.records[index].ID = cl.id
+	r.unsent += int64(len(cl.arguments))
+	r.pending[cl.id] = cl
+	r.jailIDs[c.ID] = true
+	if r.active == 0 {
+		r.busySince = now
+	}
+	r.active++
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go r.serve(cl)
+}
+
+// refuse answers call id with an error the code raises as ToolError.
+func (r *Relay) refuse(reply func([]byte), id, why string) {
+	frame, err := runner.EncodeToolResult(id, false, nil, why)
+	if err != nil {
+		r.log.Warn("encode a tool result", "run", r.runID, "err", err)
+		return
+	}
+	reply(frame)
+}
+
+// serve sends cl to the caller and waits for its answer, its timeout or
+// the end of the run, then answers the code.
+func (r *Relay) serve(cl *call) {
+	defer r.wg.Done()
+	timeout := time.Duration(r.tools.caps.TimeoutMs) * time.Millisecond
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var a answer
+	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
+	r.mu.Lock()
+	r.unsent -= int64(len(cl.arguments))
+	cl.arguments = nil // written: the call no longer holds them
+	r.mu.Unlock()
+	if err != nil {
+		a = answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
+	} else {
+		select {
+		case a = <-cl.answer:
+		case <-timer.C:
+			why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", timeout)
+			a = answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why}
+		case <-r.ctx.Done():
+			a = answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"}
+		}
+	}
+	r.mu.Lock()
+	delete(r.pending, cl.id)
+	delete(r.jailIDs, cl.jailID)
+	r.active--
+	if r.active == 0 {
+		r.busy += time.Since(r.busySince)
+	}
+	rec := &r.records[cl.index]
+	rec.Outcome, rec.Reason, rec.Duration = a.outcome, a.reason, time.Since(cl.start)
+	rec.ResultBytes, rec.ResultSHA256 = a.size, a.sum
+	if a.outcome == api.ToolErrored {
+		rec.Error = a.errText
+	}
+	if r.tools.keep && len(a.result) <= contentBytes {
+		rec.Result = a.result
+	}
+	stopped, reply := r.stopped, r.reply
+	r.mu.Unlock()
+	if stopped || a.outcome == api.ToolCanceled && r.ctx.Err() != nil {
+		return
+	}
+	var frame []byte
+	if a.outcome == api.ToolOK {
+		frame, err = runner.EncodeToolResult(cl.jailID, true, a.result, "")
+	} else {
+		frame, err = runner.EncodeToolResult(cl.jailID, false, nil, a.errText)
+	}
+	if err != nil {
+		r.log.Warn("encode a tool result", "run", r.runID, "err", err)
+		return
+	}
+	reply(frame)
+}
+
+// Stop implements nsjail.ToolRelay: calls still waiting end as canceled,
+// unanswered, and no reply is sent once it returns.
+func (r *Relay) Stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+}
+
+// Close stops the relay and takes it out of the registry: the server's
+// end of the run, whether or not the run started.
+func (r *Relay) Close() {
+	r.Stop()
+	r.reg.remove(r.runID)
+}
+
+// Report is what the result and the record say of the run's calls, once
+// the relay is stopped: each call in order (api's short form and the
+// record), the calls past the cap, and the time the code waited for
+// answers.
+func (r *Relay) Report() (calls []api.ToolCallReport, records []record.ToolCall, overCap int64, busy time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	records = append([]record.ToolCall(nil), r.records...)
+	for _, rec := range records {
+		rep := api.ToolCallReport{Name: rec.Name, DurationMs: rec.Duration.Milliseconds(), OK: rec.Outcome == api.ToolOK, Outcome: rec.Outcome}
+		switch rec.Outcome {
+		case api.ToolOK:
+		case api.ToolErrored:
+			rep.Error = rec.Error
+		default:
+			rep.Error = rec.Reason
+		}
+		calls = append(calls, rep)
+	}
+	busy = r.busy
+	if r.active > 0 {
+		busy += time.Since(r.busySince)
+	}
+	return calls, records, r.overCap, busy
+}
+
+// unsentOver reports whether n more bytes of arguments would take the
+// run's calls waiting to be sent past their bound.
+func (r *Relay) unsentOver(n int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unsent > 0 && r.unsent+n > max(unsentBytes, r.tools.caps.ArgumentBytes)
+}
+
+// names lists the declared tools for a message.
+func (r *Relay) names() string {
+	var b []byte
+	for i, t := range r.tools.declared {
+		if i == 20 {
+			b = fmt.Appendf(b, " and %d more", len(r.tools.declared)-20)
+			break
+		}
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, t.Name...)
+	}
+	return string(b)
+}
+
+// deliver gives the caller's answer to call id. tooLarge reports an answer
+// over the cap (then a is not used, and the call fails in the code). It
+// returns an *api.Error for the caller: not found when no such call waits.
+func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int, tooLarge bool) *api.Error {
+	r.mu.Lock()
+	cl := r.pending[id]
+	if cl == nil || !r.owns(p) {
+		r.mu.Unlock()
+		return notFound(r.runID, id)
+	}
+	var ans answer
+	var aerr *api.Error
+	limit := r.tools.caps.ResultBytes
+	switch {
+	case tooLarge:
+		why := fmt.Sprintf("the answer of %s was over the cap of %d bytes (tool_limits.result_bytes)", cl.name, limit)
+		ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: size}
+		aerr = api.Errorf(api.ErrTooLarge, "result", "is over the run's cap of %d bytes (tool_limits.result_bytes); the call failed in the code", limit)
+	case a.Error != nil:
+		msg := *a.Error
+		if msg == "" {
+			msg = "tool " + cl.name + " failed"
+		}
+		sum := sha256.Sum256([]byte(*a.Error))
+		ans = answer{outcome: api.ToolErrored, errText: cut(msg, api.MaxToolError), size: len(*a.Error), sum: hex.EncodeToString(sum[:])}
+	default:
+		sum := sha256.Sum256(a.Result)
+		ans = answer{outcome: api.ToolOK, result: a.Result, size: len(a.Result), sum: hex.EncodeToString(sum[:])}
+		if int64(len(a.Result)) > limit {
+			why := fmt.Sprintf("the answer of %s was %d bytes, over the cap of %d (tool_limits.result_bytes)", cl.name, len(a.Result), limit)
+			ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: len(a.Result), sum: ans.sum}
+			aerr = api.Errorf(api.ErrTooLarge, "result", "is %d bytes, over the run's cap of %d (tool_limits.result_bytes); the call failed in the code", len(a.Result), limit)
+		}
+	}
+	delete(r.pending, id) // answered once
+	r.mu.Unlock()
+	cl.answer <- ans
+	return aerr
+}
+
+// owns reports whether p may answer the relay's calls.
+func (r *Relay) owns(p peercred.Peer) bool { return p.UID == 0 || p.UID == r.owner }
+
+// resultLimit is the most an answer's result may be.
+func (r *Relay) resultLimit() int64 { return r.tools.caps.ResultBytes }
+
+// notFound is the one error for an answer to a call that does not wait:
+// unknown, answered already, timed out, or another uid's.
+func notFound(run, id string) *api.Error {
+	return api.Errorf(api.ErrNotFound, "call", "no tool call %.80q waits for an answer in run %.80q", id, run)
+}
+
+// newID is a call's id: 128 random bits.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+// boundName is a name the jail sent, for records and messages: printable
+// ASCII, cut short ("?" when it has none).
+func boundName(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return cut(s, runner.MaxToolName)
+}
+
+// cut is s cut to at most n bytes on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
