@@ -63,6 +63,11 @@ type RunRequest struct {
 	// SessionRequest), which keeps its globals between runs. Python,
 	// dependencies, env and the session-wide limits may not be set then.
 	Session string `json:"session,omitempty"`
+	// Files are placed under /work before the code runs (see FileInput).
+	Files []FileInput `json:"files,omitempty"`
+	// ReturnFiles is "" or ReturnFilesInline: small text files the
+	// program wrote under /work/out come back with their content too.
+	ReturnFiles string `json:"return_files,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -125,6 +130,11 @@ type Result struct {
 	Display []DisplayItem `json:"display,omitempty"`
 	// Session is the session the run ran in, after it; nil outside one.
 	Session *SessionState `json:"session,omitempty"`
+	// Files are the files the program wrote under /work/out (in a
+	// session: those new or changed during the run); FilesSkipped what
+	// was there but did not come back, and why.
+	Files        []File        `json:"files,omitempty"`
+	FilesSkipped []FileSkipped `json:"files_skipped,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -195,6 +205,8 @@ type Info struct {
 	Dependencies *DependencyInfo `json:"dependencies,omitempty"`
 	// Display is what a run's rich output, value and exception may take.
 	Display *DisplayCaps `json:"display,omitempty"`
+	// Files are the caps on files in and out, and the artifact store's.
+	Files *FileCaps `json:"files,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -320,6 +332,9 @@ func (r *RunRequest) Validate() *Error {
 		return err
 	}
 	if err := r.validateSessionRun(); err != nil {
+		return err
+	}
+	if err := r.validateFileFields(); err != nil {
 		return err
 	}
 	for _, c := range []struct {

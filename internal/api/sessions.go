@@ -50,6 +50,8 @@ type SessionRequest struct {
 	// IdleTimeoutMs ends the session after this long without a run
 	// (default DefaultSessionIdle, at most the daemon's maximum).
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
+	// Files are placed under the session's /work before its first run.
+	Files []FileInput `json:"files,omitempty"`
 }
 
 // AsRun is the run request whose rules the session's fields follow:
@@ -63,6 +65,9 @@ func (r *SessionRequest) AsRun() *RunRequest {
 // field.
 func (r *SessionRequest) Validate() *Error {
 	if err := r.AsRun().Validate(); err != nil {
+		return err
+	}
+	if err := validateFiles(r.Files, ""); err != nil {
 		return err
 	}
 	if r.IdleTimeoutMs < 0 {
