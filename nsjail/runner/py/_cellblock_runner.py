@@ -71,8 +71,10 @@ def _read_exact(fd, n):
     return bytes(buf)
 
 
-def _recv_run(fd):
-    """The run message and its raw text; (None, None) at EOF or garbage."""
+def _recv_run(fd, ch=None):
+    """The run message and its raw text; (None, None) at EOF or garbage.
+    File frames that come first are written under /work (answered on
+    ch)."""
     while True:
         h = _read_exact(fd, 4)
         if h is None:
@@ -89,6 +91,9 @@ def _recv_run(fd):
             return None, None
         if type(msg) is dict and msg.get("type") in ("run", "session"):
             return msg, raw
+        if type(msg) is dict and msg.get("type") == "file" and ch is not None:
+            from cellblock import _files
+            _files.on_frame(ch, msg)
         # Other types are for later versions: ignored.
 
 
@@ -399,7 +404,7 @@ def _setup():
                     ready["preload_failed"] = failed
             ch.send(ready)
             _preload(fd)
-            msg, raw = _recv_run(fd)
+            msg, raw = _recv_run(fd, ch)
         else:
             _freeze()
             mfd = int(run_fd)
