@@ -18,6 +18,7 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 // Runner carries out runs. It is safe for concurrent use.
@@ -182,6 +183,10 @@ type Outcome struct {
 	// Lost: a run in a session whose interpreter died or had to be
 	// killed during the run (see Session.Run).
 	Lost bool
+	// Work is the run's /work, still readable with every process of the
+	// run gone, when the spec asked for it (Spec.OpenWork); the caller
+	// closes it. Nil otherwise, and for a run in a session.
+	Work *workdir.Dir
 }
 
 // OutputFunc receives output chunks while the program runs. It is called
