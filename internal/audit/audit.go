@@ -81,6 +81,10 @@ type Entry struct {
 	MemoryPeakBytes int64      `json:"memory_peak_bytes"`
 	StdoutBytes     int        `json:"stdout_bytes"`
 	StderrBytes     int        `json:"stderr_bytes"`
+	// FilesIn are the request's files, FilesOut those the run gave back
+	// (see filesOf).
+	FilesIn  []File `json:"files_in,omitempty"`
+	FilesOut []File `json:"files_out,omitempty"`
 }
 
 // Environment is what the audit log keeps of a run's environment.
@@ -130,6 +134,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		e.DurationMs, e.CPUMs, e.MemoryPeakBytes = res.DurationMs, res.CPUMs, res.MemoryPeakBytes
 		e.StdoutBytes, e.StderrBytes = len(res.Stdout), len(res.Stderr)
 	}
+	e.FilesIn, e.FilesOut = filesOf(rec)
 	return e
 }
 
@@ -191,20 +196,28 @@ func (l *Log) open() error {
 // (or part of it).
 func (l *Log) Observe(rec record.Run) {
 	if err := l.Write(NewEntry(rec, l.cfg.IncludeCode)); err != nil {
-		l.mu.Lock()
-		first := !l.failed
-		l.failed = true
-		l.mu.Unlock()
-		if first {
-			l.log.Error("audit log write failed; further failures are not logged until a write succeeds", "path", l.cfg.Path, "err", err)
-		}
+		l.noteFailure(err)
+	}
+}
+
+// noteFailure logs a failed write, once until a write succeeds.
+func (l *Log) noteFailure(err error) {
+	l.mu.Lock()
+	first := !l.failed
+	l.failed = true
+	l.mu.Unlock()
+	if first {
+		l.log.Error("audit log write failed; further failures are not logged until a write succeeds", "path", l.cfg.Path, "err", err)
 	}
 }
 
 // Write appends one entry as a line, rotating the file first if the line
 // would take it past the maximum size.
-func (l *Log) Write(e Entry) error {
-	line, err := json.Marshal(e)
+func (l *Log) Write(e Entry) error { return l.writeLine(e) }
+
+// writeLine appends v as one line of JSON (see Write).
+func (l *Log) writeLine(v any) error {
+	line, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode audit entry: %w", err)
 	}

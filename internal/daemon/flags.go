@@ -131,6 +131,7 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Var(size{&cfg.AuditLogMaxBytes}, "audit-log-max-size", "size past which the audit log is rotated (default 64M)")
 	fs.IntVar(&cfg.AuditLogKeep, "audit-log-keep", cfg.AuditLogKeep, "rotated audit logs kept")
 	fs.BoolVar(&cfg.AuditCode, "audit-code", cfg.AuditCode, "write each run's code into the audit log (default: only its SHA-256 and size)")
+	flagsFiles(fs, cfg)
 
 	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
 	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")
@@ -144,4 +145,16 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Var(size{&cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
 	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
 	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
+}
+
+// flagsFiles binds the caps on files in and out, and the artifact store's.
+func flagsFiles(fs *flag.FlagSet, cfg *config.Config) {
+	fs.IntVar(&cfg.FilesInCount, "files-in-max-count", cfg.FilesInCount, "most files a run or session request may carry into /work (0: none)")
+	fs.Var(size{&cfg.FilesInBytes}, "files-in-max-bytes", "most bytes of files a request may carry, all together (default 32M); request bodies grow by as much, as base64")
+	fs.IntVar(&cfg.FilesOutCount, "files-out-max-count", cfg.FilesOutCount, "most files a run's /work/out gives back")
+	fs.Var(size{&cfg.FilesOutFileBytes}, "files-out-max-file-bytes", "largest file a run gives back (default 64M)")
+	fs.Var(size{&cfg.FilesOutBytes}, "files-out-max-bytes", "most bytes of files a run gives back, all together (default 256M)")
+	fs.Var(size{&cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
+	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back; the least recently produced go first (default 1G)")
+	fs.DurationVar(&cfg.ArtifactTTL, "artifact-ttl", cfg.ArtifactTTL, "how long a user can fetch an artifact after a run of theirs last produced it")
 }

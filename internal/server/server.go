@@ -49,6 +49,11 @@ type Config struct {
 	// Metrics, if set, is served at GET /metrics (behind the same
 	// peer-credential check as the API).
 	Metrics http.Handler
+	// Files caps the files a request may carry (none when InCount is 0);
+	// FileObserver, if set, is told about every file put into or read
+	// from a session, and every artifact fetched.
+	Files        api.FileCaps
+	FileObserver func(record.FileOp)
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -97,6 +102,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+api.PathHealth, s.handleHealth)
 	s.registerEnvs(mux)
 	s.registerSessions(mux)
+	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
@@ -216,13 +222,16 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, peer, nil, started, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
 		return
 	}
-	req, aerr := decodeRunRequest(w, r)
+	req, aerr := decodeRunRequest(w, r, s.requestBytes())
 	if aerr == nil {
 		aerr = req.Validate()
 	}
 	var limits api.Limits
 	if aerr == nil {
 		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
+	}
+	if aerr == nil {
+		aerr = s.checkRunFiles(req, limits)
 	}
 	if aerr != nil {
 		s.refuse(w, peer, req, started, aerr)

@@ -25,6 +25,7 @@ import (
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 // Interp is a session's live interpreter (an *nsjail.Session).
@@ -75,6 +76,10 @@ type Config struct {
 	Reports runner.Limits
 	Open    Opener
 	Result  Resulter
+	// Files moves files in and out of sessions' /work; nil: none move.
+	// FileCaps are the caps on files in (the server's).
+	Files    Files
+	FileCaps api.FileCaps
 	// Event, if set, is told "created", "expired", "deleted", "lost" and
 	// "ended" (shutdown), once per session and event.
 	Event func(kind string)
@@ -402,6 +407,20 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.cancelRun = cancel
 	m.mu.Unlock()
 
+	fi := m.fileInterp(e)
+	if len(req.Files) > 0 {
+		if err := m.putFiles(ctx, e, fi, req.Files, "files"); err != nil {
+			m.mu.Lock()
+			e.busy, e.cancelRun, e.lastUsed = false, nil, time.Now().UTC()
+			m.mu.Unlock()
+			return nil, err
+		}
+	}
+	var snap workdir.Snapshot
+	if fi != nil {
+		snap = m.cfg.Files.SnapshotOut(fi.Work())
+	}
+
 	mode := req.Mode
 	if mode == "" {
 		mode = api.ModeCell
@@ -411,6 +430,12 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
 		OutputBytes: l.OutputBytes,
 	}, onOutput)
+	var files []api.File
+	var skipped []api.FileSkipped
+	if err == nil && fi != nil {
+		// Still busy: nothing but the run's leftovers writes now.
+		files, skipped = m.cfg.Files.CollectOut(fi.Work(), caller.UID, req.ReturnFiles == api.ReturnFilesInline, snap)
+	}
 
 	m.mu.Lock()
 	e.busy = false
@@ -431,6 +456,7 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		}
 		e.count++
 		res := m.sessionResult(e, out, l)
+		res.Files, res.FilesSkipped = files, skipped
 		res.Session.State = api.SessionLost
 		if out.Canceled || out.Lost {
 			res.Error = aerr // else it ran to its end just before
@@ -453,6 +479,7 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.count++
 	first := out.Lost && m.markLost(e)
 	res := m.sessionResult(e, out, l)
+	res.Files, res.FilesSkipped = files, skipped
 	m.mu.Unlock()
 	if first {
 		m.lostEvent(e, runID, out)
