@@ -60,6 +60,13 @@ Flags:
                        'cellblock session'); the session fixed --python,
                        --with, --env, --memory, --pids, --cpus and --tmp
                        when it was created: they cannot be given here
+  --file SRC[:DEST]    put the local file SRC under /work before the code
+                       runs, at DEST (default: SRC's name; a DEST ending
+                       in / is a directory), text or binary (repeatable):
+                       --file sales.csv --file img.png:data/
+  --out DIR            save the files the program wrote under /work/out
+                       into DIR (made if missing); without it they are
+                       listed on stderr
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -100,6 +107,9 @@ type runOptions struct {
 	json bool
 	// stdin passes the client's standard input to the program.
 	stdin bool
+	// files are the --file flags; out is --out DIR.
+	files []fileSpec
+	out   string
 }
 
 func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
@@ -113,6 +123,8 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.json, "json", false, "")
 	fs.Var(modeValue{&o.req.Mode}, "cell", "")
 	fs.Var(inputValue{&o.req.Inputs}, "input", "")
+	fs.Var(fileValue{&o.files}, "file", "")
+	fs.StringVar(&o.out, "out", "", "")
 	return fs
 }
 
@@ -209,6 +221,9 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 			fmt.Fprintf(inv.stderr, "cellblock: write result: %v\n", err)
 			return exitFailed
 		}
+		if st := o.saveOut(ctx, inv, cl, res); st >= 0 {
+			return st
+		}
 		return exitStatus(res, true)
 	}
 
@@ -232,12 +247,15 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	if res.Value != nil {
 		out.write("stdout", res.Value.Repr+"\n")
 	}
-	for _, note := range notes(res, req) {
+	for _, note := range append(notes(res, req), fileNotes(res, o.out != "")...) {
 		if out.last != 0 && out.last != '\n' {
 			note = "\n" + note
 			out.last = '\n'
 		}
 		fmt.Fprintln(inv.stderr, note)
+	}
+	if st := o.saveOut(ctx, inv, cl, res); st >= 0 {
+		return st
 	}
 	return exitStatus(res, false)
 }
@@ -365,6 +383,11 @@ func (o *runOptions) request(ctx context.Context, inv *invocation) (*api.RunRequ
 		// wants some code.
 		req.Code = "\n"
 	}
+	files, err := readInputs(ctx, o.files)
+	if err != nil {
+		return nil, err
+	}
+	req.Files = files
 	if o.stdin {
 		b, err := readLimited(ctx, inv.stdin, api.MaxStdinBytes)
 		if err != nil {
@@ -433,6 +456,8 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		what = "--tmp"
 	case "session":
 		what = "--session"
+	case "files":
+		what = "--file"
 	}
 	return what + ": " + e.Message
 }
