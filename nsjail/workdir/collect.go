@@ -108,11 +108,13 @@ func (w *walker) walk(root int, sub string) {
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			return
-		case errors.Is(err, unix.ELOOP):
-			w.skip(".", sub+" is a symbolic link (never followed)", 0)
-			return
-		case errors.Is(err, unix.ENOTDIR):
-			w.skip(".", sub+" is not a directory", 0)
+		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+			what := "not a directory"
+			var st unix.Stat_t
+			if unix.Fstatat(root, sub, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				what = kind(st.Mode) + ", not a directory"
+			}
+			w.skip(".", sub+" is "+what, 0)
 			return
 		case err != nil:
 			w.skip(".", fmt.Sprintf("%s could not be opened: %v", sub, err), 0)

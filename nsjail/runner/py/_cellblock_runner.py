@@ -26,6 +26,12 @@ PROTOCOL = 1
 MPL_BACKEND = "module://cellblock._mpl_backend"
 # The largest frame the daemon sends.
 MAX_IN_FRAME = 16 << 20
+# Where input files go: the directory the runner starts in, /work in a
+# jail (taken before any of the program's code can change it).
+try:
+    WORK_DIR = os.getcwd()
+except OSError:
+    WORK_DIR = "/work"
 
 
 def _import_cellblock():
@@ -93,7 +99,7 @@ def _recv_run(fd, ch=None):
             return msg, raw
         if type(msg) is dict and msg.get("type") == "file" and ch is not None:
             from cellblock import _files
-            _files.on_frame(ch, msg)
+            _files.on_frame(ch, msg, WORK_DIR)
         # Other types are for later versions: ignored.
 
 

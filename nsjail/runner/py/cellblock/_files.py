@@ -9,6 +9,7 @@
 # written: a FIFO or anything else in the way is refused, never opened for
 # a blocking write.
 
+import base64 as _base64
 import binascii as _binascii
 import errno as _errno
 import os as _os
@@ -43,8 +44,10 @@ def _parts(path):
 
 
 def open_for_write(path, root=WORK):
-    """A descriptor for writing the regular file at path under root,
-    emptied, with its directories made: never through a symbolic link."""
+    """(fd, dirfd, name): a descriptor for writing the regular file at
+    path under root, emptied, with its directories made, never through a
+    symbolic link; its directory's descriptor and its name there, to
+    remove it should writing fail."""
     parts = _parts(path)
     d = _os.open(root, _DIR_FLAGS)
     try:
@@ -57,8 +60,9 @@ def open_for_write(path, root=WORK):
             _os.close(d)
             d = nd
         fd = _os.open(parts[-1], _FILE_FLAGS, 0o644, dir_fd=d)
-    finally:
+    except BaseException:
         _os.close(d)
+        raise
     try:
         if not _stat.S_ISREG(_os.fstat(fd).st_mode):
             raise _Refused("something other than a regular file is in the way")
@@ -66,8 +70,9 @@ def open_for_write(path, root=WORK):
         _os.set_blocking(fd, True)
     except BaseException:
         _os.close(fd)
+        _os.close(d)
         raise
-    return fd
+    return fd, d, parts[-1]
 
 
 class Writer:
@@ -79,26 +84,37 @@ class Writer:
         self.root = root
         self.path = None
         self.fd = -1
+        self.dfd = -1  # the file's directory, and its name there
+        self.name = None
         self.written = 0
         self.error = None
 
-    def _close(self):
-        if self.fd >= 0:
+    def _close(self, remove=False):
+        for attr in ("fd", "dfd"):
+            fd = getattr(self, attr)
+            if fd < 0:
+                continue
+            if attr == "dfd" and remove:
+                # A file half written is not left behind as if whole.
+                try:
+                    _os.unlink(self.name, dir_fd=fd)
+                except OSError:
+                    pass
             try:
-                _os.close(self.fd)
+                _os.close(fd)
             except OSError:
                 pass
-            self.fd = -1
+            setattr(self, attr, -1)
 
     def _fail(self, e):
         if self.error is None:
             if isinstance(e, OSError) and e.errno:
                 self.error = (_errno.errorcode.get(e.errno, "E%d" % e.errno), _os.strerror(e.errno))
-            elif isinstance(e, _Refused):
+            elif isinstance(e, (_Refused, ValueError)):
                 self.error = ("EINVAL", str(e))
             else:
                 self.error = ("EIO", "%s: %s" % (type(e).__name__, e))
-        self._close()
+        self._close(remove=True)
 
     def frame(self, msg):
         """Take one file frame; returns the answer to send, or None."""
@@ -107,10 +123,10 @@ class Writer:
         data = msg.get("data", "")
         end = msg.get("end") is True
         if offset == 0:
-            self._close()
+            self._close(remove=True)  # a file never ended is not whole
             self.path, self.written, self.error = path, 0, None
             try:
-                self.fd = open_for_write(path, self.root)
+                self.fd, self.dfd, self.name = open_for_write(path, self.root)
             except BaseException as e:
                 if not isinstance(e, Exception):
                     raise
@@ -118,14 +134,14 @@ class Writer:
         elif path != self.path or offset != self.written or type(offset) is not int:
             # Out of order: this file is refused, whatever came before.
             if path != self.path:
-                self._close()
+                self._close(remove=True)
                 self.path, self.written, self.error = path, 0, None
             self._fail(_Refused("a frame came out of order"))
         if self.error is None:
             try:
                 if type(data) is not str:
                     raise _Refused("the data is not a string")
-                b = _binascii.a2b_base64(data)
+                b = _base64.b64decode(data, validate=True)
                 view = memoryview(b)
                 while view:
                     view = view[_os.write(self.fd, view):]

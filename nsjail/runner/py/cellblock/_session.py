@@ -101,7 +101,7 @@ def serve(ch, fd, runner):
             _close_all(fds)
             try:
                 from cellblock import _files
-                _files.on_frame(ch, msg)
+                _files.on_frame(ch, msg, runner.WORK_DIR)
             except KeyboardInterrupt:
                 pass
             continue
