@@ -54,12 +54,18 @@ func sessionFilePath(id, p string) string {
 // and returns it with its size. A file that changed while the daemon read
 // it ends short, which reads as io.ErrUnexpectedEOF.
 func (c *Client) OpenSessionFile(ctx context.Context, id, p string) (io.ReadCloser, int64, error) {
+	if why := api.CheckFilePath(p); why != "" {
+		return nil, 0, api.Errorf(api.ErrBadRequest, "path", "%q %s", p, why)
+	}
 	return c.openFile(ctx, sessionFilePath(id, p))
 }
 
 // PutSessionFile writes size bytes from r as the file at p (relative to
 // /work) of a session, between its runs.
 func (c *Client) PutSessionFile(ctx context.Context, id, p string, r io.Reader, size int64) (*api.SessionFileWritten, error) {
+	if why := api.CheckFilePath(p); why != "" {
+		return nil, api.Errorf(api.ErrBadRequest, "path", "%q %s", p, why)
+	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://cellblockd"+sessionFilePath(id, p), r)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -25,19 +26,27 @@ func TestDefaultIsValid(t *testing.T) {
 
 func TestValidateNamesTheFlag(t *testing.T) {
 	for flag, mutate := range map[string]func(*Config){
-		"--socket":              func(c *Config) { c.Socket = "rel.sock" },
-		"--state-dir":           func(c *Config) { c.StateDir = "state" },
-		"--cgroup-name":         func(c *Config) { c.CgroupName = "../evil" },
-		"--max-concurrent":      func(c *Config) { c.MaxConcurrent = -1 },
-		"--queue":               func(c *Config) { c.QueueSize = -1 },
-		"--prestart":            func(c *Config) { c.Prestart = MaxPrestart + 1 },
-		"--userns":              func(c *Config) { c.UserNS = "maybe" },
-		"--userns-base":         func(c *Config) { c.UserNSBase = 0 },
-		"--log-format":          func(c *Config) { c.LogFormat = "xml" },
-		"--no-index":            func(c *Config) { c.NoIndex, c.IndexURL = true, "https://x" },
-		"--display-item-bytes":  func(c *Config) { c.DisplayItemBytes = 1<<10 - 1 },
-		"--display-total-bytes": func(c *Config) { c.DisplayTotalBytes = MaxDisplayTotalBytes + 1 },
-		"default limits":        func(c *Config) { c.Defaults.TimeoutMs = c.Maxima.TimeoutMs + 1 },
+		"--socket":                   func(c *Config) { c.Socket = "rel.sock" },
+		"--state-dir":                func(c *Config) { c.StateDir = "state" },
+		"--cgroup-name":              func(c *Config) { c.CgroupName = "../evil" },
+		"--max-concurrent":           func(c *Config) { c.MaxConcurrent = -1 },
+		"--queue":                    func(c *Config) { c.QueueSize = -1 },
+		"--prestart":                 func(c *Config) { c.Prestart = MaxPrestart + 1 },
+		"--userns":                   func(c *Config) { c.UserNS = "maybe" },
+		"--userns-base":              func(c *Config) { c.UserNSBase = 0 },
+		"--log-format":               func(c *Config) { c.LogFormat = "xml" },
+		"--no-index":                 func(c *Config) { c.NoIndex, c.IndexURL = true, "https://x" },
+		"--display-item-bytes":       func(c *Config) { c.DisplayItemBytes = 1<<10 - 1 },
+		"--display-total-bytes":      func(c *Config) { c.DisplayTotalBytes = MaxDisplayTotalBytes + 1 },
+		"default limits":             func(c *Config) { c.Defaults.TimeoutMs = c.Maxima.TimeoutMs + 1 },
+		"--files-in-max-count":       func(c *Config) { c.FilesInCount = MaxFilesCount + 1 },
+		"--files-in-max-bytes":       func(c *Config) { c.FilesInBytes = -1 },
+		"--files-out-max-count":      func(c *Config) { c.FilesOutCount = 0 },
+		"--files-out-max-file-bytes": func(c *Config) { c.FilesOutFileBytes = c.FilesOutBytes + 1 },
+		"--files-out-max-bytes":      func(c *Config) { c.FilesOutBytes = c.ArtifactStoreBytes + 1 },
+		"--files-inline-bytes":       func(c *Config) { c.FilesInlineBytes = MaxFilesInlineBytes + 1 },
+		"--artifact-store-size":      func(c *Config) { c.ArtifactStoreBytes = 1 },
+		"--artifact-ttl":             func(c *Config) { c.ArtifactTTL = time.Second },
 	} {
 		c := Default()
 		mutate(&c)
