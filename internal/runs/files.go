@@ -121,12 +121,15 @@ func (e *Executor) SnapshotOut(w *workdir.Dir) workdir.Snapshot {
 		return nil
 	}
 	defer own.Close()
-	return own.Snapshot(api.OutDir, e.outLimits(false))
+	snap := own.Snapshot(api.OutDir, e.outLimits(false))
+	snap.Settle() // what the run changes gets a stamp of its own
+	return snap
 }
 
 // CollectOut puts the files under w's out directory (those not as since
 // recorded them, with since) into the artifact store, owned by owner, and
 // returns the result's entries. inline keeps small text files' content.
+// With since (a session's run), each file is read twice (Limits.Verify).
 func (e *Executor) CollectOut(w *workdir.Dir, owner uint32, inline bool, since workdir.Snapshot) ([]api.File, []api.FileSkipped) {
 	if w == nil || e.cfg.Artifacts == nil {
 		return nil, nil
@@ -136,7 +139,11 @@ func (e *Executor) CollectOut(w *workdir.Dir, owner uint32, inline bool, since w
 		return nil, nil
 	}
 	defer own.Close()
-	c := own.Collect(api.OutDir, e.outLimits(inline), since, store{e.cfg.Artifacts, owner})
+	l := e.outLimits(inline)
+	// A session's code may still be writing (a thread it left): each
+	// file is read twice. A run's processes are all gone.
+	l.Verify = since != nil
+	c := own.Collect(api.OutDir, l, since, store{e.cfg.Artifacts, owner})
 	var files []api.File
 	for _, f := range c.Files {
 		mime := MIMEOf(f.Path, f.Head)

@@ -2,11 +2,14 @@ package workdir
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"sort"
+	"time"
 	"strings"
 	"unicode/utf8"
 
@@ -32,6 +35,12 @@ type Limits struct {
 	// Found.Content, InlineTotal of them together (0: none).
 	InlineBytes int64
 	InlineTotal int64
+	// Verify reads each file a second time and refuses it as changed
+	// unless both reads agree: for a directory that code may still be
+	// writing (a session's). Its times alone do not tell a rewrite of
+	// the same size within the file system's time granularity (one
+	// clock tick on tmpfs).
+	Verify bool
 }
 
 // HeadBytes is how much of each file's start Found.Head holds, for
@@ -269,7 +278,7 @@ func (d *Dir) Collect(sub string, l Limits, since Snapshot, sink Sink) Collected
 			return
 		}
 		keep := size <= l.InlineBytes && inline+size <= l.InlineTotal
-		found, why := readOne(f, before, keep, sink)
+		found, why := readOne(f, before, keep, l.Verify, sink)
 		if why != "" {
 			skip(rel, why, size)
 			return
@@ -318,24 +327,26 @@ var ErrChanged = errors.New("changed while it was read")
 // readOne copies the regular file f, whose stamp was before, into a new
 // artifact of sink, keeping its head (and all of it with keep). It
 // returns why it could not ("" when it could).
-func readOne(f *os.File, before Stamp, keep bool, sink Sink) (Found, string) {
+func readOne(f *os.File, before Stamp, keep, verify bool, sink Sink) (Found, string) {
 	art, err := sink.Create()
 	if err != nil {
 		return Found{}, fmt.Sprintf("not stored: %v", err)
 	}
 	head := &headWriter{max: HeadBytes}
+	ws := []io.Writer{art, head}
 	var content *bytes.Buffer
-	var w io.Writer = io.MultiWriter(art, head)
 	if keep {
 		content = bytes.NewBuffer(make([]byte, 0, before.Size))
-		w = io.MultiWriter(art, head, content)
+		ws = append(ws, content)
 	}
-	// One byte past the size tells a file that grew.
-	n, err := io.Copy(w, io.LimitReader(f, before.Size+1))
-	if err == nil && n == before.Size {
-		err = same(f, before)
-	} else if err == nil {
-		err = ErrChanged
+	var first hash.Hash
+	if verify {
+		first = sha256.New()
+		ws = append(ws, first)
+	}
+	n, err := readExactly(f, io.MultiWriter(ws...), before)
+	if err == nil && verify {
+		err = readAgain(f, before, first.Sum(nil))
 	}
 	if err != nil {
 		art.Abort()
@@ -353,6 +364,37 @@ func readOne(f *os.File, before Stamp, keep bool, sink Sink) (Found, string) {
 		found.Content = content.Bytes()
 	}
 	return found, ""
+}
+
+// readExactly copies the regular file f, stamped before, to w from its
+// start, and fails with ErrChanged unless it held exactly its size and
+// kept its stamp while it was read.
+func readExactly(f *os.File, w io.Writer, before Stamp) (int64, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	// One byte past the size tells a file that grew.
+	n, err := io.Copy(w, io.LimitReader(f, before.Size+1))
+	switch {
+	case err != nil:
+		return n, err
+	case n != before.Size:
+		return n, ErrChanged
+	}
+	return n, same(f, before)
+}
+
+// readAgain reads f a second time and fails with ErrChanged unless its
+// content hashes to sum.
+func readAgain(f *os.File, before Stamp, sum []byte) error {
+	h := sha256.New()
+	if _, err := readExactly(f, h, before); err != nil {
+		return err
+	}
+	if !bytes.Equal(h.Sum(nil), sum) {
+		return ErrChanged
+	}
+	return nil
 }
 
 // same checks that f is still as stamped before it was read.
@@ -393,11 +435,12 @@ var (
 
 // ReadFile copies the regular file at p (beneath d, no symbolic link
 // anywhere) to the writer begin returns, which it calls once the file's
-// size is known and within max. The last piece of the file is held back
-// until the file is known not to have changed while it was read: a writer
-// that honours the size (an HTTP response with that Content-Length) then
-// never holds a partial file as whole. It returns ErrNotFound,
-// ErrNotRegular, ErrTooBig, ErrChanged, or an error from the writer.
+// size is known and within max. The file is read twice, the second time
+// to the writer, and the last piece is held back until both reads are
+// known to agree and the file's stamp not to have changed: a writer that
+// honours the size (an HTTP response with that Content-Length) then never
+// holds a partial file as whole. It returns ErrNotFound, ErrNotRegular,
+// ErrTooBig, ErrChanged, or an error from the writer.
 func (d *Dir) ReadFile(p string, max int64, begin func(size int64) (io.Writer, error)) error {
 	fd, err := openBeneath(d.fd(), p, unix.O_RDONLY)
 	switch {
@@ -421,20 +464,21 @@ func (d *Dir) ReadFile(p string, max int64, begin func(size int64) (io.Writer, e
 		return fmt.Errorf("%w: %d bytes; the most is %d", ErrTooBig, st.Size, max)
 	}
 	before := stampOf(&st)
+	first := sha256.New()
+	if _, err := readExactly(f, first, before); err != nil {
+		return err
+	}
 	w, err := begin(st.Size)
 	if err != nil {
 		return err
 	}
 	hb := &holdBack{w: w}
-	n, err := io.Copy(hb, io.LimitReader(f, st.Size+1))
-	if err != nil {
+	second := sha256.New()
+	if _, err := readExactly(f, io.MultiWriter(hb, second), before); err != nil {
 		return err
 	}
-	if n != st.Size {
+	if !bytes.Equal(first.Sum(nil), second.Sum(nil)) {
 		return ErrChanged
-	}
-	if err := same(f, before); err != nil {
-		return err
 	}
 	return hb.flush()
 }
@@ -462,4 +506,34 @@ func (h *holdBack) flush() error {
 	}
 	_, err := h.w.Write(h.last)
 	return err
+}
+
+// settleMax bounds Settle's wait: a few ticks of the coarsest clock.
+const settleMax = 50 * time.Millisecond
+
+// Settle returns once the file system's clock has moved past the change
+// time of every entry of s, so that any change after s was taken gets a
+// later ctime than s recorded, and Collect sees it. tmpfs stamps files
+// with the kernel's coarse clock (one tick: 1 to 10 ms): a file changed
+// in the tick s was taken, then changed again in that same tick, would
+// otherwise keep its stamp. Most snapshots have nothing changed in the
+// current tick, and Settle returns at once.
+func (s Snapshot) Settle() {
+	var latest unix.Timespec
+	for _, st := range s {
+		if st.Ctime.Sec > latest.Sec || st.Ctime.Sec == latest.Sec && st.Ctime.Nsec > latest.Nsec {
+			latest = st.Ctime
+		}
+	}
+	deadline := time.Now().Add(settleMax)
+	for {
+		var now unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_REALTIME_COARSE, &now) != nil {
+			return
+		}
+		if now.Sec > latest.Sec || now.Sec == latest.Sec && now.Nsec > latest.Nsec || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

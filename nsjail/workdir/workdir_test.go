@@ -385,3 +385,70 @@ func TestClone(t *testing.T) {
 		t.Errorf("the clone: %+v", got)
 	}
 }
+
+// TestCollectVerify: a file rewritten in place to the same size while it
+// is read, within one tick of the file system's clock (so that its times
+// may not tell), is refused when Verify reads it twice.
+func TestCollectVerify(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "out", "same-size")
+	write(t, p, "AAAAAAAAAA")
+	d := open(t, root)
+	sink := &memSink{onWrite: func() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		f.WriteAt([]byte("BBBBBBBBBB"), 0)
+		f.Close()
+	}}
+	l := limits
+	l.Verify = true
+	c := d.Collect("out", l, nil, sink)
+	if len(c.Files) != 0 || !strings.Contains(reasons(c)["same-size"], "changed while it was read") {
+		t.Errorf("a same-size rewrite: files %v, skipped %v", paths(c), c.Skipped)
+	}
+	// Left alone, it comes back, read twice.
+	sink.onWrite = nil
+	if c := d.Collect("out", l, nil, sink); len(c.Files) != 1 || string(sink.stored[c.Files[0].SHA256]) != "BBBBBBBBBB" {
+		t.Errorf("a still file: %+v", c)
+	}
+}
+
+// TestReadFileRewrittenInPlace: ReadFile reads twice; a rewrite of the
+// same size between the reads is refused.
+func TestReadFileRewrittenInPlace(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "f")
+	write(t, p, "AAAA")
+	d := open(t, root)
+	var got bytes.Buffer
+	err := d.ReadFile("f", 100, func(int64) (io.Writer, error) {
+		f, _ := os.OpenFile(p, os.O_WRONLY, 0)
+		f.WriteAt([]byte("BBBB"), 0)
+		f.Close()
+		return &got, nil
+	})
+	if !errors.Is(err, ErrChanged) || got.Len() >= 4 {
+		t.Errorf("rewritten in place: %v, %q written", err, got.String())
+	}
+}
+
+// TestSettle: once settled, a file rewritten to the same size at once
+// gets another stamp: the coarse clock has moved past the snapshot.
+func TestSettle(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "out", "f")
+	d := open(t, root)
+	for i := range 20 {
+		write(t, p, fmt.Sprintf("%04d", i))
+		snap := d.Snapshot("out", limits)
+		snap.Settle()
+		write(t, p, fmt.Sprintf("%04d", i+100))
+		c := d.Collect("out", limits, snap, &memSink{})
+		if len(c.Files) != 1 {
+			t.Fatalf("round %d: a rewrite after Settle was not seen: %+v", i, c)
+		}
+	}
+}
