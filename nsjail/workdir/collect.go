@@ -9,8 +9,8 @@ import (
 	"io"
 	"os"
 	"sort"
-	"time"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
