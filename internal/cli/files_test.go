@@ -208,3 +208,11 @@ func TestSessionCp(t *testing.T) {
 		t.Errorf("an unknown session: %+v", got)
 	}
 }
+
+func TestInfoFiles(t *testing.T) {
+	d := newFilesDaemon(t, nil)
+	got := runCLI(context.Background(), "", nil, "info", "--socket", d.socket)
+	if got.code != 0 || !strings.Contains(got.stdout, "files in") || !strings.Contains(got.stdout, "up to 8 files from /work/out") {
+		t.Errorf("%+v", got)
+	}
+}

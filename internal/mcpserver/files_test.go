@@ -210,3 +210,13 @@ func TestRunPythonFilesRefused(t *testing.T) {
 		t.Errorf("%d refused calls reached the daemon", n)
 	}
 }
+
+// TestCheckEnvironmentFiles: the caps on files are in check_environment.
+func TestCheckEnvironmentFiles(t *testing.T) {
+	info := filesTestInfo()
+	info.Files.StoreTTLSeconds = 86400
+	fd := startFakeDaemonFor(t, info)
+	c := connect(t, newServer(t, fd), protocols[0].opts...)
+	res := callTool(t, context.Background(), c, ToolCheckEnvironment, map[string]any{})
+	mustContain(t, resultText(res), "up to 4 files, 1 MiB in all, under /work", "/work/out comes back, up to 10 files")
+}
