@@ -123,3 +123,48 @@ func TestRequestBytes(t *testing.T) {
 		t.Errorf("without files: %d", got)
 	}
 }
+
+// TestBase64Pieces: content decoded a piece at a time is the content, at
+// every size around the pieces' bounds, with line breaks or without;
+// padding inside it, or a stray character, is refused as a whole decode
+// would.
+func TestBase64Pieces(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, b64Chunk/4*3 - 1, b64Chunk / 4 * 3, b64Chunk/4*3 + 1, 3 * b64Chunk} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		enc := base64.StdEncoding.EncodeToString(data)
+		for _, content := range []string{enc, wrap(enc, 76)} {
+			f := FileInput{Content: content, Encoding: EncodingBase64}
+			got, err := f.Data()
+			if err != nil || string(got) != string(data) {
+				t.Fatalf("%d bytes (%d of base64): %d back, %v", n, len(content), len(got), err)
+			}
+		}
+	}
+	half := base64.StdEncoding.EncodeToString(make([]byte, b64Chunk/4*3))
+	for _, bad := range []string{
+		"QQ==" + half,                       // padding in the first piece
+		half + "QQ==" + half,                // in a middle piece
+		half[:b64Chunk-4] + "QQ==" + "QUJD", // at a piece's end
+		half + "QU!D",
+		"QUJ",
+	} {
+		f := FileInput{Content: bad, Encoding: EncodingBase64}
+		_, errWhole := base64.StdEncoding.DecodeString(bad)
+		if _, err := f.Size(); err == nil || errWhole == nil {
+			t.Errorf("%d bytes of bad base64: %v (a whole decode: %v)", len(bad), err, errWhole)
+		}
+	}
+}
+
+func wrap(s string, n int) string {
+	var b strings.Builder
+	for len(s) > n {
+		b.WriteString(s[:n] + "\n")
+		s = s[n:]
+	}
+	b.WriteString(s)
+	return b.String()
+}

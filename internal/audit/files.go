@@ -2,10 +2,7 @@ package audit
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -39,11 +36,7 @@ func filesOf(rec record.Run) (in, out []File) {
 // inputFile hashes one of a request's files as the jail gets it.
 func inputFile(f *api.FileInput) File {
 	h := sha256.New()
-	var src io.Reader = strings.NewReader(f.Content)
-	if f.Encoding == api.EncodingBase64 {
-		src = base64.NewDecoder(base64.StdEncoding, src)
-	}
-	n, _ := io.Copy(h, src) // refused before it ran when it does not decode
+	n, _ := f.WriteTo(h) // refused before it ran when it does not decode
 	return File{Path: f.Path, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
 }
 

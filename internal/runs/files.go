@@ -171,12 +171,14 @@ func owner(ctx context.Context) (uint32, bool) {
 }
 
 // collectRun fills res's files from a finished run's /work, and closes
-// it: the run's files are the caller's (no caller known, none).
+// it: the run's files are the caller's (no caller known, none). The
+// close is the tmpfs's last reference, whose release frees all the run
+// left in /work: it goes on after the answer.
 func (e *Executor) collectRun(ctx context.Context, out *nsjail.Outcome, req *api.RunRequest, res *api.Result) {
 	if out.Work == nil {
 		return
 	}
-	defer out.Work.Close()
+	defer func() { go out.Work.Close() }()
 	uid, ok := owner(ctx)
 	if !ok {
 		return

@@ -78,6 +78,18 @@ func decodeBody(body []byte, v any) *api.Error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return api.Errorf(api.ErrBadRequest, "", "request body is empty; send a JSON object such as {\"code\": \"print(1)\"}")
 	}
+	known := jsonFields(reflect.TypeOf(v).Elem())
+	if decodeFast(body, v, known) {
+		return nil
+	}
+	// What the fast path may have set goes.
+	reflect.ValueOf(v).Elem().SetZero()
+	return decodeSlow(body, v, known)
+}
+
+// decodeSlow is decodeBody in two passes, the first to name an unknown
+// field.
+func decodeSlow(body []byte, v any, known map[string]bool) *api.Error {
 	// First pass: the object's keys, to name an unknown field.
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
@@ -86,7 +98,6 @@ func decodeBody(body []byte, v any) *api.Error {
 	if raw == nil {
 		return api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
 	}
-	known := jsonFields(reflect.TypeOf(v).Elem())
 	var unknown []string
 	for k := range raw {
 		if !known[k] {

@@ -9,7 +9,6 @@
 # written: a FIFO or anything else in the way is refused, never opened for
 # a blocking write.
 
-import base64 as _base64
 import binascii as _binascii
 import errno as _errno
 import os as _os
@@ -73,6 +72,18 @@ def open_for_write(path, root=WORK):
         _os.close(d)
         raise
     return fd, d, parts[-1]
+
+
+def _unb64(data, _a2b=_binascii.a2b_base64):
+    """data, standard base64 with its padding, decoded; ValueError when it
+    is not that. (binascii skips what is not base64; a strict decode
+    comes out with exactly the length the input's size says.)"""
+    if not data.isascii() or len(data) % 4:
+        raise ValueError("not base64")
+    b = _a2b(data)
+    if len(b) != len(data) // 4 * 3 - (len(data) - len(data.rstrip("="))):
+        raise ValueError("not base64")
+    return b
 
 
 class Writer:
@@ -141,7 +152,7 @@ class Writer:
             try:
                 if type(data) is not str:
                     raise _Refused("the data is not a string")
-                b = _base64.b64decode(data, validate=True)
+                b = _unb64(data)
                 view = memoryview(b)
                 while view:
                     view = view[_os.write(self.fd, view):]
