@@ -732,3 +732,27 @@ func TestSessionFiles(t *testing.T) {
 		t.Errorf("runs returned %q %q %q %q, want a.txt, b.txt, a.txt (rewritten), nothing", names(r1), names(r2), names(r3), names(r4))
 	}
 }
+
+// TestFilesWithoutPtrace: a daemon without CAP_SYS_PTRACE cannot open a
+// jail's /work through /proc/PID/root (the jail's init is not dumpable):
+// its runs go on, and say that nothing under /work/out could come back.
+func TestFilesWithoutPtrace(t *testing.T) {
+	requireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skipf("setpriv (util-linux) not installed: %v", err)
+	}
+	dir := searchableDir(t, "cellblock-it-noptrace-")
+	cfg, state := daemonConfig(t, filepath.Join(dir, "cellblockd.sock"))
+	cfg.Prefix = []string{setpriv, "--bounding-set", "-sys_ptrace", "--"}
+	d := launch(t, cfg, state)
+	d.waitReady(t)
+	const capSysPtrace = 19
+	if has, err := hasCapability(d.Cmd.Process.Pid, capSysPtrace); err != nil || has {
+		t.Fatalf("the daemon has CAP_SYS_PTRACE (%v, %v): this test is for a daemon without it", has, err)
+	}
+	res := runOK(t, d, &api.RunRequest{Code: "import os\nos.makedirs('out')\nopen('out/x.txt', 'w').write('x')\nprint('ran')"})
+	if res.Stdout != "ran\n" || len(res.Files) != 0 || len(res.FilesSkipped) != 1 || !strings.Contains(res.FilesSkipped[0].Reason, "could not open this run's /work") {
+		t.Errorf("without CAP_SYS_PTRACE: stdout %q files %+v skipped %+v", res.Stdout, res.Files, res.FilesSkipped)
+	}
+}

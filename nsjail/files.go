@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -80,6 +81,14 @@ func (j *Jail) openWork() error {
 	}
 	w, err := workdir.OpenJail(pid)
 	if err != nil {
+		// Once as a warning (it is the daemon's lot: a capability it
+		// lacks), then at debug level.
+		level := slog.LevelDebug
+		if j.r.workWarned.CompareAndSwap(false, true) {
+			level = slog.LevelWarn
+		}
+		j.r.log.Log(context.Background(), level, "cannot open a jail's /work (does cellblockd lack CAP_SYS_PTRACE?): what runs write under /work/out cannot come back",
+			"jail", j.id, "err", err)
 		return err
 	}
 	j.work = w
@@ -192,6 +201,10 @@ func (j *Jail) writeFiles(files []InputFile) error {
 	fr := runner.NewFrameReader(j.rch, runner.ReadyFrameBytes)
 	return j.sendFiles(files, fr.Next)
 }
+
+// WorkErr says why the session's /work could not be opened, when it was
+// asked for and could not be (Work is then nil).
+func (s *Session) WorkErr() error { return s.j.workErr }
 
 // Work is the session's /work, open (Spec.OpenWork), or nil. It stays
 // the session's: callers use a Clone of it, which a Close of the session

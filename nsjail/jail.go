@@ -80,7 +80,9 @@ type Jail struct {
 	warm chan struct{}
 	// work is the jail's /work, opened at the hand-over when the spec
 	// asks (Spec.OpenWork); whoever takes it closes it (takeWork).
-	work *workdir.Dir
+	// workErr says why it could not be opened.
+	work    *workdir.Dir
+	workErr error
 
 	mu       sync.Mutex
 	used     bool // Launch or Close was called
@@ -436,7 +438,7 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	j.supervise(ctx, spec, start, out)
 	j.collect(spec, streams, out)
 	out.Runner, out.Phases.Handover = j.heard(spec, reports)
-	out.Work = j.takeWork()
+	out.Work, out.WorkErr = j.takeWork(), j.workErr
 	return out, nil
 }
 
@@ -511,10 +513,9 @@ func (j *Jail) handOver(spec *Spec) (started time.Time, err error) {
 		return time.Time{}, err
 	}
 	if spec.OpenWork && j.work == nil {
-		// Before any code but the daemon's runs in the jail.
-		if err := j.openWork(); err != nil {
-			return time.Time{}, err
-		}
+		// Before any code but the daemon's runs in the jail. Without it
+		// the run goes on; what it leaves in /work/out cannot come back.
+		j.workErr = j.openWork()
 	}
 	limits, err := j.limitRun(spec)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ type Runner struct {
 
 	preloadMu   sync.Mutex
 	preloadSeen map[string]bool // preload failures logged as warnings (notePreload)
+
+	workWarned atomic.Bool // a /work that could not be opened was logged as a warning
 }
 
 // RunnerConfig configures a Runner.
@@ -185,8 +188,10 @@ type Outcome struct {
 	Lost bool
 	// Work is the run's /work, still readable with every process of the
 	// run gone, when the spec asked for it (Spec.OpenWork); the caller
-	// closes it. Nil otherwise, and for a run in a session.
-	Work *workdir.Dir
+	// closes it. Nil otherwise, and for a run in a session; WorkErr says
+	// why when it was asked for but could not be opened.
+	Work    *workdir.Dir
+	WorkErr error
 }
 
 // OutputFunc receives output chunks while the program runs. It is called

@@ -175,6 +175,9 @@ func owner(ctx context.Context) (uint32, bool) {
 // close is the tmpfs's last reference, whose release frees all the run
 // left in /work: it goes on after the answer.
 func (e *Executor) collectRun(ctx context.Context, out *nsjail.Outcome, req *api.RunRequest, res *api.Result) {
+	if out.WorkErr != nil {
+		res.FilesSkipped = []api.FileSkipped{{Path: ".", Reason: "cellblockd could not open this run's /work, so nothing under /work/out came back (its log says why)"}}
+	}
 	if out.Work == nil {
 		return
 	}
