@@ -70,6 +70,7 @@ $(STATICCHECK):
 # starved of CPU (golang/go#75804, fixed in 1.27); a count has no deadline.
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeRunRequest$$' -fuzztime=$(FUZZTIME) ./internal/server
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeFastAgrees$$' -fuzztime=$(FUZZTIME) ./internal/server
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/pep723
 
 # The root suite: the real daemon over the real socket, real jails.

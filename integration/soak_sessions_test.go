@@ -212,6 +212,23 @@ func soakSession(t *testing.T, d *Daemon, hc *http.Client, i int, fail func(stri
 		fail("session %d: state: %+v", i, res)
 		return
 	}
+	// Files: one put in, one the run writes out beside a link to
+	// /etc/shadow, read back.
+	in := fmt.Sprint(i)
+	if _, err := d.Client.PutSessionFile(ctx, s.ID, "in.txt", strings.NewReader(in), int64(len(in))); err != nil {
+		fail("session %d: put: %v", i, err)
+		return
+	}
+	res := cell("import os\nos.makedirs('out', exist_ok=True)\nos.symlink('/etc/shadow', 'out/shadow')\nopen('out/o.txt', 'w').write(open('in.txt').read() * 2)", 0)
+	if res == nil || len(res.Files) != 1 || res.Files[0].Size != int64(2*len(in)) || len(res.FilesSkipped) != 1 {
+		fail("session %d: files out: %+v", i, res)
+		return
+	}
+	if rc, n, err := d.Client.OpenSessionFile(ctx, s.ID, "out/o.txt"); err != nil || n != int64(2*len(in)) {
+		fail("session %d: get: %v", i, err)
+	} else {
+		rc.Close()
+	}
 	switch i % 5 {
 	case 0: // expires on its own
 		return

@@ -238,6 +238,50 @@ print(sorted(r), h, u, %d)
 		}
 		return nil
 	}},
+	{"files", func(i int) *api.RunRequest {
+		return &api.RunRequest{Code: `
+import os
+d = open("in/data.txt").read()
+os.makedirs("out/sub", exist_ok=True)
+open("out/sub/echo.txt", "w").write(d * 2)
+open("out/n.txt", "w").write(str(len(d)))
+`, Files: []api.FileInput{{Path: "in/data.txt", Content: fmt.Sprintf("run %d\n", i)}}, ReturnFiles: api.ReturnFilesInline}
+	}, func(i int, r *api.Result) error {
+		d := fmt.Sprintf("run %d\n", i)
+		f := map[string]string{}
+		for _, file := range r.Files {
+			if file.Content != nil {
+				f[file.Path] = *file.Content
+			}
+		}
+		if r.Error != nil || r.ExitCode != 0 || len(r.Files) != 2 || f["n.txt"] != fmt.Sprint(len(d)) || f["sub/echo.txt"] != d+d {
+			return fmt.Errorf("files in and out: exit %d error %+v files %+v stderr %q", r.ExitCode, r.Error, r.Files, r.Stderr)
+		}
+		return nil
+	}},
+	{"hostile out", func(i int) *api.RunRequest {
+		return &api.RunRequest{Code: `
+import os, socket
+os.makedirs("out", exist_ok=True)
+os.symlink("/etc/shadow", "out/shadow")
+os.symlink("/proc/1/root", "out/root1")
+os.symlink(".", "out/loop")
+os.mkfifo("out/fifo")
+socket.socket(socket.AF_UNIX).bind("out/sock")
+for n in range(150):
+    open("out/f%03d" % n, "w").close()
+`}
+	}, func(_ int, r *api.Result) error {
+		why := map[string]string{}
+		for _, s := range r.FilesSkipped {
+			why[s.Path] = s.Reason
+		}
+		if r.Error != nil || r.ExitCode != 0 || len(r.Files) != 100 || !strings.Contains(why["fifo"], "FIFO") ||
+			!strings.Contains(why["shadow"], "symbolic link") || !strings.Contains(why["root1"], "symbolic link") || !strings.Contains(why["sock"], "socket") {
+			return fmt.Errorf("a hostile out/: exit %d error %+v, %d files, skipped %v", r.ExitCode, r.Error, len(r.Files), why)
+		}
+		return nil
+	}},
 	{"grandchild", func(i int) *api.RunRequest {
 		return &api.RunRequest{Code: fmt.Sprintf(`
 import os, time

@@ -20,6 +20,7 @@ import (
 	"github.com/cellblock/cellblock/nsjail/jailinit"
 	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 // ErrNotLaunched wraps a Prepare or Launch error that happened before the
@@ -80,6 +81,11 @@ type Jail struct {
 	// warm is closed once the jail's runner said it is ready (its imports
 	// done) or can no longer say so; nil for a jail without a runner.
 	warm chan struct{}
+	// work is the jail's /work, opened at the hand-over when the spec
+	// asks (Spec.OpenWork); whoever takes it closes it (takeWork).
+	// workErr says why it could not be opened.
+	work    *workdir.Dir
+	workErr error
 
 	mu       sync.Mutex
 	used     bool // Launch or Close was called
@@ -369,6 +375,7 @@ func (j *Jail) kill() error {
 }
 
 func (j *Jail) discard() error {
+	j.takeWork().Close()
 	j.ctl.Close() // the init exits on its own (ExitNotLaunched)
 	if j.rch != nil {
 		j.rch.Close()
@@ -445,6 +452,12 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	if err != nil {
 		j.ctl.Close()
 		_ = j.kill()
+		j.takeWork().Close()
+		var fe *FileError
+		if errors.As(err, &fe) {
+			// Nothing ran, but another jail would fare no better.
+			return nil, fmt.Errorf("run %s in jail %s: %w", spec.ID, j.id, err)
+		}
 		return nil, fmt.Errorf("%w: run %s in jail %s: %w", ErrNotLaunched, spec.ID, j.id, err)
 	}
 	out.Phases.Start = start.Sub(t1)
@@ -454,8 +467,16 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	streams := j.drain(spec.Limits.OutputBytes, onOutput)
 	l := j.listen(spec, start)
 	ended := j.supervise(ctx, spec, start, streams, l, out)
+	if ended != nil && j.work.Has("out") {
+		// The run's answer came before its processes' end (see
+		// supervise): its files are read once nothing can write them.
+		if kerr := j.kill(); kerr != nil {
+			j.r.log.Error("kill ended run", "run", spec.ID, "jail", j.id, "err", kerr)
+		}
+	}
 	j.collect(spec, streams, ended, out)
 	out.Runner, out.Phases.Handover = j.heard(spec, l)
+	out.Work, out.WorkErr = j.takeWork(), j.workErr
 	return out, nil
 }
 
@@ -552,9 +573,20 @@ func (j *Jail) handOver(spec *Spec) (started time.Time, err error) {
 	if err := j.attachEgress(spec); err != nil {
 		return time.Time{}, err
 	}
+	if spec.OpenWork && j.work == nil {
+		// Before any code but the daemon's runs in the jail. Without it
+		// the run goes on; what it leaves in /work/out cannot come back.
+		j.workErr = j.openWork()
+	}
 	limits, err := j.limitRun(spec)
 	if err != nil {
 		return time.Time{}, err
+	}
+	if len(spec.Files) > 0 {
+		// Under the run's limits, before its clock starts.
+		if err := j.writeFiles(spec.Files); err != nil {
+			return time.Time{}, err
+		}
 	}
 	ack, err := j.send(ctl, spec)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 // Runner carries out runs. It is safe for concurrent use.
@@ -35,6 +37,8 @@ type Runner struct {
 
 	preloadMu   sync.Mutex
 	preloadSeen map[string]bool // preload failures logged as warnings (notePreload)
+
+	workWarned atomic.Bool // a /work that could not be opened was logged as a warning
 }
 
 // RunnerConfig configures a Runner.
@@ -192,6 +196,12 @@ type Outcome struct {
 	// Lost: a run in a session whose interpreter died or had to be
 	// killed during the run (see Session.Run).
 	Lost bool
+	// Work is the run's /work, still readable with every process of the
+	// run gone, when the spec asked for it (Spec.OpenWork); the caller
+	// closes it. Nil otherwise, and for a run in a session; WorkErr says
+	// why when it was asked for but could not be opened.
+	Work    *workdir.Dir
+	WorkErr error
 }
 
 // OutputFunc receives output chunks while the program runs. It is called

@@ -111,6 +111,10 @@ func (r *Runner) OpenSession(ctx context.Context, j *Jail, spec *Spec) (_ *Sessi
 	open := *spec
 	open.Stdin = nil
 	if _, err := j.handOver(&open); err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			return nil, fmt.Errorf("session %s in jail %s: %w", spec.ID, j.id, err)
+		}
 		return nil, fmt.Errorf("%w: session %s in jail %s: %w", ErrNotLaunched, spec.ID, j.id, err)
 	}
 	// Between runs the runner's descriptors 0 to 2 are /dev/null; what
@@ -226,6 +230,7 @@ func (s *Session) MemoryUsage() int64 {
 // progress ends as lost.
 func (s *Session) Close() {
 	s.kill()
+	s.j.work.Close() // Work's clones read on
 	for _, f := range []*os.File{s.j.rch, s.j.ctl, s.j.stdoutR, s.j.stderrR} {
 		f.Close()
 	}

@@ -89,6 +89,14 @@ type Spec struct {
 	// and rich output. Nil starts Python on the script at launch (build
 	// jails, which need none of that).
 	Runner *RunnerSpec
+	// Files are placed under /work by the runner before the program runs
+	// (a session's, before it is ready); not part of the jail's shape.
+	// Only with a Runner.
+	Files []InputFile
+	// OpenWork opens the jail's /work at the hand-over, before any of the
+	// program's code runs, for the caller to read what the program left:
+	// Outcome.Work of a run, Session.Work of a session.
+	OpenWork bool
 	// Preload names modules (runner.ValidModule) that the runner of a
 	// jail built ahead of its run (a Pool's) imports before it says it is
 	// ready, so that the run finds them imported. A jail built for its
@@ -134,6 +142,14 @@ func (s *Spec) Validate() error {
 	if s.Runner != nil {
 		if err := s.Runner.Limits.Validate(); err != nil {
 			return bad("%v", err)
+		}
+	}
+	if len(s.Files) > 0 && s.Runner == nil {
+		return bad("input files need the runner")
+	}
+	for _, f := range s.Files {
+		if !validFilePath(f.Path) {
+			return bad("input file path %.140q is not a path under /work", f.Path)
 		}
 	}
 	if len(s.Preload) > 0 && s.Runner == nil {

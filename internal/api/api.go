@@ -71,6 +71,11 @@ type RunRequest struct {
 	Tools []Tool `json:"tools,omitempty"`
 	// ToolLimits lower the daemon's caps on the run's tool calls.
 	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
+	// Files are placed under /work before the code runs (see FileInput).
+	Files []FileInput `json:"files,omitempty"`
+	// ReturnFiles is "" or ReturnFilesInline: small text files the
+	// program wrote under /work/out come back with their content too.
+	ReturnFiles string `json:"return_files,omitempty"`
 
 	// TimeoutMs is the wall-clock limit from program start.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
@@ -139,6 +144,11 @@ type Result struct {
 	// ToolCallsOverCap counts those refused, unlisted, past its cap.
 	ToolCalls        []ToolCallReport `json:"tool_calls,omitempty"`
 	ToolCallsOverCap int64            `json:"tool_calls_over_cap,omitempty"`
+	// Files are the files the program wrote under /work/out (in a
+	// session: those new or changed during the run); FilesSkipped what
+	// was there but did not come back, and why.
+	Files        []File        `json:"files,omitempty"`
+	FilesSkipped []FileSkipped `json:"files_skipped,omitempty"`
 }
 
 // Phases breaks a run's time down, in microseconds.
@@ -216,6 +226,8 @@ type Info struct {
 	NetworkPolicy *NetworkInfo `json:"network_policy,omitempty"`
 	// Tools are the caps on a run's tool calls.
 	Tools *ToolCaps `json:"tools,omitempty"`
+	// Files are the caps on files in and out, and the artifact store's.
+	Files *FileCaps `json:"files,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -347,6 +359,9 @@ func (r *RunRequest) Validate() *Error {
 		return err
 	}
 	if err := r.validateTools(); err != nil {
+		return err
+	}
+	if err := r.validateFileFields(); err != nil {
 		return err
 	}
 	for _, c := range []struct {

@@ -52,6 +52,8 @@ type SessionRequest struct {
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
 	// Network is the session's egress, for all its runs (see Network).
 	Network *Network `json:"network,omitempty"`
+	// Files are placed under the session's /work before its first run.
+	Files []FileInput `json:"files,omitempty"`
 }
 
 // AsRun is the run request whose rules the session's fields follow:
@@ -65,6 +67,9 @@ func (r *SessionRequest) AsRun() *RunRequest {
 // field.
 func (r *SessionRequest) Validate() *Error {
 	if err := r.AsRun().Validate(); err != nil {
+		return err
+	}
+	if err := validateFiles(r.Files, ""); err != nil {
 		return err
 	}
 	if r.IdleTimeoutMs < 0 {

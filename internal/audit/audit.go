@@ -93,6 +93,10 @@ type Entry struct {
 	// ToolCallsOverCap those refused past its cap, counted.
 	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallsOverCap int64      `json:"tool_calls_over_cap,omitempty"`
+	// FilesIn are the request's files, FilesOut those the run gave back
+	// (see filesOf).
+	FilesIn  []File `json:"files_in,omitempty"`
+	FilesOut []File `json:"files_out,omitempty"`
 }
 
 // Environment is what the audit log keeps of a run's environment.
@@ -149,6 +153,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 	}
 	e.ToolCalls = toolCalls(rec.ToolCalls, false)
 	e.ToolCallsOverCap = rec.ToolCallsOverCap
+	e.FilesIn, e.FilesOut = filesOf(rec)
 	return e
 }
 
@@ -214,20 +219,28 @@ func (l *Log) Observe(rec record.Run) {
 		e.WithToolContent(rec)
 	}
 	if err := l.Write(e); err != nil {
-		l.mu.Lock()
-		first := !l.failed
-		l.failed = true
-		l.mu.Unlock()
-		if first {
-			l.log.Error("audit log write failed; further failures are not logged until a write succeeds", "path", l.cfg.Path, "err", err)
-		}
+		l.noteFailure(err)
+	}
+}
+
+// noteFailure logs a failed write, once until a write succeeds.
+func (l *Log) noteFailure(err error) {
+	l.mu.Lock()
+	first := !l.failed
+	l.failed = true
+	l.mu.Unlock()
+	if first {
+		l.log.Error("audit log write failed; further failures are not logged until a write succeeds", "path", l.cfg.Path, "err", err)
 	}
 }
 
 // Write appends one entry as a line, rotating the file first if the line
 // would take it past the maximum size.
-func (l *Log) Write(e Entry) error {
-	line, err := json.Marshal(e)
+func (l *Log) Write(e Entry) error { return l.writeLine(e) }
+
+// writeLine appends v as one line of JSON (see Write).
+func (l *Log) writeLine(v any) error {
+	line, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode audit entry: %w", err)
 	}

@@ -94,6 +94,13 @@ func writeInfo(w io.Writer, info *api.Info) {
 	}
 	fmt.Fprintf(tw, "runs\t%d at once, %d more may wait (now %d running, %d waiting)\n",
 		info.MaxConcurrent, info.QueueSize, info.Running, info.Queued)
+	if f := info.Files; f != nil {
+		fmt.Fprintf(tw, "files in	up to %d files, %s in all, put under /work (--file)\n", f.InCount, formatSize(f.InBytes))
+		fmt.Fprintf(tw, "files out	up to %d files from /work/out, %s each, %s in all (--out)\n", f.OutCount, formatSize(f.OutFileBytes), formatSize(f.OutBytes))
+		if f.StoreBytes > 0 {
+			fmt.Fprintf(tw, "artifact store	%d files, %s of %s; each kept %s after its run\n", f.StoreFiles, formatSize(f.StoreUsedBytes), formatSize(f.StoreBytes), formatMillis(f.StoreTTLSeconds*1000))
+		}
+	}
 	if d := info.Display; d != nil {
 		fmt.Fprintf(tw, "rich output\tup to %d items of %s each, %s in all; reprs %s, tracebacks %s\n",
 			d.Items, formatSize(int64(d.ItemBytes)), formatSize(int64(d.TotalBytes)), formatSize(int64(d.ReprBytes)), formatSize(int64(d.TracebackBytes)))

@@ -79,6 +79,13 @@ Flags:
                        time is up (the daemon's tool timeout, 30s by default)
   --tool-timeout DURATION  how long one tool call may take, within the
                        daemon's maximum (see 'cellblock info')
+  --file SRC[:DEST]    put the local file SRC under /work before the code
+                       runs, at DEST (default: SRC's name; a DEST ending
+                       in / is a directory), text or binary (repeatable):
+                       --file sales.csv --file img.png:data/
+  --out DIR            save the files the program wrote under /work/out
+                       into DIR (made if missing); without it they are
+                       listed on stderr
   -i, --stdin          pass this command's standard input to the program
                        (read to the end before the run starts; at most 1 MiB)
   --json               print one JSON result object on stdout instead of the
@@ -122,6 +129,9 @@ type runOptions struct {
 	// tools are the --tool flags; toolTimeoutMs is --tool-timeout.
 	tools         []cliTool
 	toolTimeoutMs int64
+	// files are the --file flags; out is --out DIR.
+	files []fileSpec
+	out   string
 }
 
 func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
@@ -137,6 +147,8 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.Var(inputValue{&o.req.Inputs}, "input", "")
 	fs.Var(toolValue{&o.tools}, "tool", "")
 	fs.Var(timeoutValue{&o.toolTimeoutMs}, "tool-timeout", "")
+	fs.Var(fileValue{&o.files}, "file", "")
+	fs.StringVar(&o.out, "out", "", "")
 	return fs
 }
 
@@ -233,6 +245,9 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 			fmt.Fprintf(inv.stderr, "cellblock: write result: %v\n", err)
 			return exitFailed
 		}
+		if st := o.saveOut(ctx, inv, cl, res); st >= 0 {
+			return st
+		}
 		return exitStatus(res, true)
 	}
 
@@ -256,12 +271,15 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	if res.Value != nil {
 		out.write("stdout", res.Value.Repr+"\n")
 	}
-	for _, note := range notes(res, req) {
+	for _, note := range append(notes(res, req), fileNotes(res, o.out != "")...) {
 		if out.last != 0 && out.last != '\n' {
 			note = "\n" + note
 			out.last = '\n'
 		}
 		fmt.Fprintln(inv.stderr, note)
+	}
+	if st := o.saveOut(ctx, inv, cl, res); st >= 0 {
+		return st
 	}
 	return exitStatus(res, false)
 }
@@ -392,6 +410,11 @@ func (o *runOptions) request(ctx context.Context, inv *invocation) (*api.RunRequ
 		// wants some code.
 		req.Code = "\n"
 	}
+	files, err := readInputs(ctx, o.files)
+	if err != nil {
+		return nil, err
+	}
+	req.Files = files
 	if o.stdin {
 		b, err := readLimited(ctx, inv.stdin, api.MaxStdinBytes)
 		if err != nil {
@@ -469,6 +492,8 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		if index >= 0 && req.Network != nil && index < len(req.Network.Allow) {
 			what = fmt.Sprintf("--allow-net %q", req.Network.Allow[index])
 		}
+	case "files":
+		what = "--file"
 	}
 	return what + ": " + e.Message
 }

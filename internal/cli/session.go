@@ -30,6 +30,8 @@ func (sessionCmd) usage() string {
   cellblock session ls [--json]
   cellblock session show [--json] ID
   cellblock session rm ID [ID...]
+  cellblock session cp LOCAL ID:PATH
+  cellblock session cp ID:PATH LOCAL
 
 A session is a sandbox whose Python interpreter stays alive between runs,
 keeping its globals, its imports and the files in /work. Run code in it
@@ -43,6 +45,11 @@ until it is deleted. A session is private to the user who created it.
   ls    list your sessions
   show  describe one: state, runs, times, limits and its variables
   rm    delete sessions, stopping a run in progress in them
+  cp    copy a file into a session's /work (between its runs) or out of
+        it; PATH is relative to /work, LOCAL "-" is standard input or
+        output, and a LOCAL directory gets the file's name:
+          cellblock session cp sales.csv $id:data/sales.csv
+          cellblock session cp $id:out/chart.png .
 
 Flags of new (they fix the session for all its runs; unset ones take the
 daemon's defaults, see 'cellblock info'):
@@ -74,7 +81,7 @@ command line.
 
 func (c sessionCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	if len(args) == 0 {
-		return inv.usageError(c, "missing subcommand: new, ls, show or rm")
+		return inv.usageError(c, "missing subcommand: new, ls, show, rm or cp")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -86,11 +93,13 @@ func (c sessionCmd) main(ctx context.Context, inv *invocation, args []string) in
 		return c.show(ctx, inv, args)
 	case "rm":
 		return c.remove(ctx, inv, args)
+	case "cp":
+		return c.copy(ctx, inv, args)
 	case "-h", "--help", "help":
 		fmt.Fprint(inv.stdout, c.usage())
 		return exitOK
 	default:
-		return inv.usageError(c, "unknown subcommand %q: want new, ls, show or rm", sub)
+		return inv.usageError(c, "unknown subcommand %q: want new, ls, show, rm or cp", sub)
 	}
 }
 

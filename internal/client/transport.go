@@ -39,6 +39,9 @@ type request struct {
 	accept      string
 	// body is sent with its length; nil sends none.
 	body []byte
+	// stream, when not nil, is sent instead of body: streamLen bytes of it.
+	stream    io.Reader
+	streamLen int64
 }
 
 // response is the daemon's answer. Close its body.
@@ -46,8 +49,10 @@ type response struct {
 	StatusCode int
 	// Status is the status line's code and reason ("404 Not Found").
 	Status string
-	header map[string]string
-	Body   io.ReadCloser
+	// ContentLength is the body's length when the answer says it, else -1.
+	ContentLength int64
+	header        map[string]string
+	Body          io.ReadCloser
 }
 
 // Header returns an answer header's value (the first, for a repeated one);
@@ -156,7 +161,10 @@ func (t *transport) roundTrip(ctx context.Context, c *conn, req *request, reused
 	if req.accept != "" {
 		fmt.Fprintf(&head, "Accept: %s\r\n", req.accept)
 	}
-	if req.body != nil || req.method == "POST" || req.method == "PUT" {
+	switch {
+	case req.stream != nil:
+		fmt.Fprintf(&head, "Content-Length: %d\r\n", req.streamLen)
+	case req.body != nil || req.method == "POST" || req.method == "PUT":
 		fmt.Fprintf(&head, "Content-Length: %d\r\n", len(req.body))
 	}
 	head.WriteString("\r\n")
@@ -166,6 +174,21 @@ func (t *transport) roundTrip(ctx context.Context, c *conn, req *request, reused
 			err = fmt.Errorf("%w: %w", errStale, err)
 		}
 		return fail(err)
+	}
+	if req.stream != nil {
+		// Not sent again on a stale connection: the reader is spent.
+		n, err := io.Copy(c.nc, io.LimitReader(req.stream, req.streamLen))
+		if err == nil && n != req.streamLen {
+			err = fmt.Errorf("the request body ended at %d of its %d bytes", n, req.streamLen)
+		}
+		if err != nil {
+			stop()
+			c.nc.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
 	}
 	resp, keep, err := readHead(c.br)
 	if err != nil {
@@ -217,7 +240,7 @@ func readHead(br *bufio.Reader) (*response, bool, error) {
 	if !strings.HasPrefix(proto, "HTTP/1.") || cerr != nil || code < 100 || code > 999 {
 		return nil, false, fmt.Errorf("not an HTTP answer: %q", truncate(status, 64))
 	}
-	resp := &response{StatusCode: code, Status: rest, header: map[string]string{}}
+	resp := &response{StatusCode: code, Status: rest, header: map[string]string{}, ContentLength: -1}
 	for {
 		h, err := line()
 		if err != nil {
@@ -252,6 +275,7 @@ func newBody(br *bufio.Reader, resp *response, method string) (sizedReader, erro
 		if err != nil || n < 0 {
 			return nil, fmt.Errorf("bad Content-Length %q", truncate(resp.header["content-length"], 32))
 		}
+		resp.ContentLength = n
 		return &lengthReader{br: br, left: n}, nil
 	default:
 		return &eofReader{br: br}, nil

@@ -111,10 +111,20 @@ func TestRequestAndAnswers(t *testing.T) {
 		return resp, string(b)
 	}
 	resp, body := get(&request{method: "POST", path: "/echo", contentType: "application/json", accept: "text/x", body: []byte(`{"a":1}`)})
+	if resp.ContentLength != 7 {
+		t.Errorf("ContentLength %d", resp.ContentLength)
+	}
 	if resp.StatusCode != 200 || body != `{"a":1}` || resp.Header("x-method") != "POST" || resp.Header("X-Type") != "application/json|text/x" {
 		t.Errorf("echo: %d %q %v", resp.StatusCode, body, resp.header)
 	}
+	resp, body = get(&request{method: "PUT", path: "/echo", stream: strings.NewReader(big + "tail"), streamLen: int64(len(big))})
+	if body != big || resp.Header("X-Method") != "PUT" {
+		t.Errorf("streamed body: %s, %d bytes back", resp.Header("X-Method"), len(body))
+	}
 	resp, body = get(&request{method: "GET", path: "/big"})
+	if resp.ContentLength != -1 {
+		t.Errorf("a chunked answer's ContentLength is %d", resp.ContentLength)
+	}
 	if resp.Header("Transfer-Encoding") != "chunked" || body != big {
 		t.Errorf("big answer: %q, %d bytes", resp.Header("Transfer-Encoding"), len(body))
 	}
@@ -124,7 +134,7 @@ func TestRequestAndAnswers(t *testing.T) {
 	}
 	// Every answer was read whole: one connection served them all.
 	if n := conns.Load(); n != 1 {
-		t.Errorf("%d connections for three sequential requests; want 1", n)
+		t.Errorf("%d connections for four sequential requests; want 1", n)
 	}
 }
 

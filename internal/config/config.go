@@ -90,6 +90,25 @@ const (
 	DefaultNetworkMaxBytes            = 1 << 30
 )
 
+// Defaults and bounds of files in and out of runs, and of the artifact
+// store that keeps what runs produce.
+const (
+	DefaultFilesInCount     = 100
+	DefaultFilesInBytes     = 32 << 20
+	DefaultFilesOutCount    = 100
+	DefaultFilesOutFile     = 64 << 20
+	DefaultFilesOutBytes    = 256 << 20
+	DefaultFilesInlineBytes = 64 << 10
+	// FilesInlineTotal bounds the inline content of one run's files
+	// together (at least one file's).
+	FilesInlineTotal          = 1 << 20
+	MaxFilesCount             = 10000
+	MaxFilesBytes             = 1 << 30
+	MaxFilesInlineBytes       = 1 << 20
+	DefaultArtifactStoreBytes = 1 << 30
+	DefaultArtifactTTL        = 24 * time.Hour
+)
+
 // Config is cellblockd's whole configuration.
 type Config struct {
 	// Socket is the Unix socket the API is served on (unless systemd
@@ -204,6 +223,32 @@ type Config struct {
 	// writes each call's arguments and answer into the audit log,
 	// otherwise only their sizes and SHA-256.
 	Tools toolrelay.Config
+	// FilesInCount files of FilesInBytes in all may come with a request
+	// (0 takes none). A run or session request's body may grow by as
+	// much, as base64.
+	FilesInCount int
+	FilesInBytes int64
+	// FilesOutCount files, each at most FilesOutFileBytes and
+	// FilesOutBytes together, come back from a run's /work/out;
+	// FilesInlineBytes is the largest text file returned with its
+	// content when a request asks for it.
+	FilesOutCount     int
+	FilesOutFileBytes int64
+	FilesOutBytes     int64
+	FilesInlineBytes  int64
+	// ArtifactStoreBytes is the artifact store's quota; ArtifactTTL how
+	// long a uid keeps an artifact after it last produced it.
+	ArtifactStoreBytes int64
+	ArtifactTTL        time.Duration
+}
+
+// FileCaps are the caps on files in and out, as the API reports them.
+func (c *Config) FileCaps() api.FileCaps {
+	return api.FileCaps{
+		InCount: c.FilesInCount, InBytes: c.FilesInBytes,
+		OutCount: c.FilesOutCount, OutFileBytes: c.FilesOutFileBytes, OutBytes: c.FilesOutBytes,
+		InlineBytes: c.FilesInlineBytes, InlineTotalBytes: max(FilesInlineTotal, c.FilesInlineBytes),
+	}
 }
 
 // Default returns the default configuration.
@@ -241,6 +286,14 @@ func Default() Config {
 		NetworkMaxConnectionsTotal: DefaultNetworkMaxConnectionsTotal,
 		NetworkMaxBytes:            DefaultNetworkMaxBytes,
 		Tools:                      toolrelay.DefaultConfig(),
+		FilesInCount:               DefaultFilesInCount,
+		FilesInBytes:               DefaultFilesInBytes,
+		FilesOutCount:              DefaultFilesOutCount,
+		FilesOutFileBytes:          DefaultFilesOutFile,
+		FilesOutBytes:              DefaultFilesOutBytes,
+		FilesInlineBytes:           DefaultFilesInlineBytes,
+		ArtifactStoreBytes:         DefaultArtifactStoreBytes,
+		ArtifactTTL:                DefaultArtifactTTL,
 		Defaults: api.Limits{
 			TimeoutMs:   DefaultTimeout.Milliseconds(),
 			MemoryBytes: DefaultMemory,
@@ -357,6 +410,7 @@ func (c *Config) Validate() error {
 	if err := c.Tools.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateFiles()...)
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||
 		d.Pids <= 0 || d.Pids > m.Pids || d.CPUs <= 0 || d.CPUs > m.CPUs ||
@@ -376,4 +430,34 @@ func validCgroupName(n string) bool {
 		}
 	}
 	return true
+}
+
+// validateFiles checks the caps on files and the artifact store's.
+func (c *Config) validateFiles() []error {
+	var errs []error
+	if c.FilesInCount < 0 || c.FilesInCount > MaxFilesCount {
+		errs = append(errs, fmt.Errorf("--files-in-max-count %d must be between 0 and %d", c.FilesInCount, MaxFilesCount))
+	}
+	if c.FilesInBytes < 0 || c.FilesInBytes > MaxFilesBytes {
+		errs = append(errs, fmt.Errorf("--files-in-max-bytes %d must be between 0 and %d", c.FilesInBytes, int64(MaxFilesBytes)))
+	}
+	if c.FilesOutCount < 1 || c.FilesOutCount > MaxFilesCount {
+		errs = append(errs, fmt.Errorf("--files-out-max-count %d must be between 1 and %d", c.FilesOutCount, MaxFilesCount))
+	}
+	if c.FilesOutFileBytes < 1 || c.FilesOutFileBytes > c.FilesOutBytes {
+		errs = append(errs, fmt.Errorf("--files-out-max-file-bytes %d must be positive and at most --files-out-max-bytes (%d)", c.FilesOutFileBytes, c.FilesOutBytes))
+	}
+	if c.FilesOutBytes > c.ArtifactStoreBytes {
+		errs = append(errs, fmt.Errorf("--files-out-max-bytes %d must be at most --artifact-store-size (%d): one run's files must fit in the store", c.FilesOutBytes, c.ArtifactStoreBytes))
+	}
+	if c.FilesInlineBytes < 0 || c.FilesInlineBytes > MaxFilesInlineBytes {
+		errs = append(errs, fmt.Errorf("--files-inline-bytes %d must be between 0 and %d", c.FilesInlineBytes, int64(MaxFilesInlineBytes)))
+	}
+	if c.ArtifactStoreBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("--artifact-store-size %d must be at least 1 MiB", c.ArtifactStoreBytes))
+	}
+	if c.ArtifactTTL < time.Minute || c.ArtifactTTL > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--artifact-ttl %s must be between 1m and 720h", c.ArtifactTTL))
+	}
+	return errs
 }

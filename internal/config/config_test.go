@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -42,6 +43,14 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		"--network-max-connections":       func(c *Config) { c.NetworkMaxConnections = 0 },
 		"--network-max-connections-total": func(c *Config) { c.NetworkMaxConnectionsTotal = -1 },
 		"--network-max-bytes":             func(c *Config) { c.NetworkMaxBytes = 0 },
+		"--files-in-max-count":            func(c *Config) { c.FilesInCount = MaxFilesCount + 1 },
+		"--files-in-max-bytes":            func(c *Config) { c.FilesInBytes = -1 },
+		"--files-out-max-count":           func(c *Config) { c.FilesOutCount = 0 },
+		"--files-out-max-file-bytes":      func(c *Config) { c.FilesOutFileBytes = c.FilesOutBytes + 1 },
+		"--files-out-max-bytes":           func(c *Config) { c.FilesOutBytes = c.ArtifactStoreBytes + 1 },
+		"--files-inline-bytes":            func(c *Config) { c.FilesInlineBytes = MaxFilesInlineBytes + 1 },
+		"--artifact-store-size":           func(c *Config) { c.ArtifactStoreBytes = 1 },
+		"--artifact-ttl":                  func(c *Config) { c.ArtifactTTL = time.Second },
 	} {
 		c := Default()
 		mutate(&c)

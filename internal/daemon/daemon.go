@@ -25,6 +25,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/internal/audit"
 	"github.com/cellblock/cellblock/internal/config"
 	"github.com/cellblock/cellblock/internal/deps"
@@ -238,6 +239,18 @@ func run(cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer dm.Close()
+	artifactStore, err := artifacts.Open(artifacts.Config{
+		Dir:      filepath.Join(cfg.StateDir, "artifacts"),
+		MaxBytes: cfg.ArtifactStoreBytes,
+		TTL:      cfg.ArtifactTTL,
+		OnEvict:  stats.ArtifactEvicted,
+		Log:      log,
+	})
+	if err != nil {
+		return err
+	}
+	defer artifactStore.Close()
+	stats.SetArtifacts(artifactStore.Stats)
 	exec, err := runs.New(runs.Config{
 		Version:        Version,
 		Store:          store,
@@ -251,6 +264,8 @@ func run(cfg config.Config, log *slog.Logger) error {
 		OpenFiles:      config.DefaultOpenFiles,
 		Reports:        reportLimits(cfg),
 		Egress:         eg,
+		Artifacts:      artifactStore,
+		Files:          cfg.FileCaps(),
 		Log:            log,
 	}, py)
 	if err != nil {
@@ -276,9 +291,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 				}
 				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release, Denials: o.Denials}, nil
 			},
-			Result: runs.ResultOf,
-			Event:  stats.SessionEvent,
-			Log:    log,
+			Result:   runs.ResultOf,
+			Files:    exec,
+			FileCaps: cfg.FileCaps(),
+			Event:    stats.SessionEvent,
+			Log:      log,
 		})
 		if err != nil {
 			return err
@@ -316,6 +333,13 @@ func run(cfg config.Config, log *slog.Logger) error {
 		},
 		Metrics: stats.Handler(),
 		Tools:   cfg.Tools,
+		Files:   cfg.FileCaps(),
+		FileObserver: func(op record.FileOp) {
+			stats.ObserveFile(op)
+			if auditLog != nil {
+				auditLog.ObserveFile(op)
+			}
+		},
 	}, service)
 	stats.SetLoad(srv.Load)
 	stats.SetPrestartReady(exec.PrestartReady)

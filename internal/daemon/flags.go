@@ -139,6 +139,7 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.IntVar(&cfg.NetworkMaxConnections, "network-max-connections", cfg.NetworkMaxConnections, "connections a run may have open through its network proxy at once")
 	fs.IntVar(&cfg.NetworkMaxConnectionsTotal, "network-max-connections-total", cfg.NetworkMaxConnectionsTotal, "connections a run may make through its network proxy in all")
 	fs.Var(size{&cfg.NetworkMaxBytes}, "network-max-bytes", "bytes a run's network connections may carry in all, both ways (default 1G)")
+	flagsFiles(fs, cfg)
 
 	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
 	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")
@@ -167,4 +168,16 @@ func toolFlags(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var(durationMs{&d.TimeoutMs}, "default-tool-timeout", "default time a tool call waits for its answer")
 	fs.Var(durationMs{&m.TimeoutMs}, "max-tool-timeout", "maximum time a tool call may wait for its answer")
 	fs.BoolVar(&cfg.Tools.KeepContent, "audit-tool-content", cfg.Tools.KeepContent, "write each tool call's arguments and answer into the audit log (default: only their sizes and SHA-256)")
+}
+
+// flagsFiles binds the caps on files in and out, and the artifact store's.
+func flagsFiles(fs *flag.FlagSet, cfg *config.Config) {
+	fs.IntVar(&cfg.FilesInCount, "files-in-max-count", cfg.FilesInCount, "most files a run or session request may carry into /work (0: none)")
+	fs.Var(size{&cfg.FilesInBytes}, "files-in-max-bytes", "most bytes of files a request may carry, all together (default 32M); request bodies grow by as much, as base64")
+	fs.IntVar(&cfg.FilesOutCount, "files-out-max-count", cfg.FilesOutCount, "most files a run's /work/out gives back")
+	fs.Var(size{&cfg.FilesOutFileBytes}, "files-out-max-file-bytes", "largest file a run gives back (default 64M)")
+	fs.Var(size{&cfg.FilesOutBytes}, "files-out-max-bytes", "most bytes of files a run gives back, all together (default 256M)")
+	fs.Var(size{&cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
+	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back; the least recently produced go first (default 1G)")
+	fs.DurationVar(&cfg.ArtifactTTL, "artifact-ttl", cfg.ArtifactTTL, "how long a user can fetch an artifact after a run of theirs last produced it")
 }

@@ -31,6 +31,7 @@ var argKind = map[string]string{
 	"inputs":          `an object mapping names to JSON values, such as {"n": 3, "rows": [[1, 2], [3, 4]]}`,
 	"session":         `a string naming the session, such as "analysis"`,
 	"network_allow":   `an array of host:port strings, such as ["api.github.com:443"]`,
+	"files":           `an array of files, such as [{"path": "data.csv", "content": "a,b\n1,2\n"}]`,
 }
 
 var versionPattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
@@ -95,9 +96,11 @@ type runArgs struct {
 	// NetworkAllow is the run's network allowlist (only on a server
 	// that allows network; see network.go).
 	NetworkAllow []string `json:"network_allow"`
+	// Files are placed under /work before the code runs.
+	Files []api.FileInput `json:"files"`
 }
 
-var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs", "session"}
+var runArgNames = []string{"code", "dependencies", "timeout_seconds", "python", "env", "memory_mb", "inputs", "session", "files"}
 
 // request checks the arguments and turns them into the daemon's run
 // request. With info it checks the limits too, so that the message speaks
@@ -140,6 +143,9 @@ func (a *runArgs) request(info *api.Info) (*api.RunRequest, error) {
 		// expression, exceptions and plots come back as data.
 		Mode:   api.ModeCell,
 		Inputs: a.Inputs,
+		Files:  a.Files,
+		// Small text files come back with their text, to embed.
+		ReturnFiles: api.ReturnFilesInline,
 	}
 	if a.TimeoutSeconds != nil {
 		s := *a.TimeoutSeconds

@@ -64,6 +64,10 @@ func environmentText(info *api.Info, socket, version string) string {
 	b.WriteString("\nPolicies:\n")
 	b.WriteString("- " + networkText(info) + "\n")
 	b.WriteString("- " + filesystemText(info) + "\n")
+	if f := info.Files; f != nil {
+		fmt.Fprintf(&b, "- Files: run_python's \"files\" puts up to %d files, %s in all, under /work; what the code writes under /work/out comes back, up to %d files of %s each and %s in all, each readable with resources/read for %s.\n",
+			f.InCount, fmtBytes(f.InBytes), f.OutCount, fmtBytes(f.OutFileBytes), fmtBytes(f.OutBytes), fmtMs(f.StoreTTLSeconds*1000))
+	}
 	fmt.Fprintf(&b, "- Isolation: cgroup mode %s; user namespace %s; seccomp filter %s.\n",
 		orUnknown(info.CgroupMode), yesNo(info.UserNamespace), yesNo(info.Seccomp))
 

@@ -43,7 +43,9 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 	h.log.Debug("run finished", "run_id", res.RunID, "exit_code", res.ExitCode,
 		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "error", res.Error)
-	return runResult(res, h.currentInfo()), nil
+	out := runResult(res, h.currentInfo())
+	h.addFiles(ctx, out, res)
+	return out, nil
 }
 
 // runResult maps a daemon result onto the tool result: the text for the

@@ -82,6 +82,8 @@ type handler struct {
 	version string
 	// sessions maps run_python's session names onto daemon sessions.
 	sessions *sessionTable
+	// artifacts are the files each connection's runs returned.
+	artifacts *artifactTable
 
 	mu sync.Mutex
 	// info is what the registered tool definitions were built from; nil
@@ -109,20 +111,22 @@ func New(cfg Config) *server.MCPServer {
 		version = "dev"
 	}
 	h := &handler{
-		client:   cfg.Client,
-		log:      log,
-		version:  version,
-		info:     cfg.Info,
-		startErr: cfg.InfoErr,
-		warm:     cfg.Warm,
-		netAllow: parseNetworkAllow(cfg.NetworkAllow),
-		code:     cfg.CodeTools,
-		sessions: &sessionTable{client: cfg.Client, log: log},
+		client:    cfg.Client,
+		log:       log,
+		version:   version,
+		info:      cfg.Info,
+		startErr:  cfg.InfoErr,
+		warm:      cfg.Warm,
+		netAllow:  parseNetworkAllow(cfg.NetworkAllow),
+		code:      cfg.CodeTools,
+		sessions:  &sessionTable{client: cfg.Client, log: log},
+		artifacts: &artifactTable{},
 	}
 	// A connection's named sessions live as long as mcp-go's session.
 	hooks := &server.Hooks{}
 	hooks.AddOnRegisterSession(h.sessions.connected)
 	hooks.AddOnUnregisterSession(h.sessions.disconnected)
+	hooks.AddOnUnregisterSession(h.artifacts.disconnected)
 	h.srv = server.NewMCPServer(Name, version,
 		server.WithHooks(hooks),
 		server.WithToolCapabilities(true),
@@ -135,6 +139,9 @@ func New(cfg Config) *server.MCPServer {
 		server.WithInstructions(instructionsFor(h.netAllow)),
 	)
 	h.srv.AddTools(h.tools(cfg.Info)...)
+	h.srv.AddResourceTemplate(mcp.NewResourceTemplate(artifactTemplate, "cellblock run file",
+		mcp.WithTemplateDescription("A file a run_python call's code wrote under /work/out, by its SHA-256 and its path there; readable by the connection that made the call, until it expires.")),
+		h.readArtifact)
 	return h.srv
 }
 
@@ -143,6 +150,7 @@ const instructions = "cellblock runs Python programs in a locked-down Linux sand
 	"a read-only filesystem except /tmp and the working directory, and limits on time, memory and processes. " +
 	"Use run_python to execute code, validate_python to check syntax and PEP 723 metadata without running it, " +
 	"and check_environment to see the Python versions, limits and policies in force. " +
+	"Pass input files in run_python's \"files\"; have the code write what the user should get under /work/out, which comes back as resources. " +
 	"Give run_python a \"session\" name to keep variables, imports and files between calls; reset_session starts that session afresh."
 
 // instructionsFor is instructions, saying what run_python may ask of the

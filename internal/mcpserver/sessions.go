@@ -400,7 +400,9 @@ func (h *handler) runInSession(ctx context.Context, req mcp.CallToolRequest, arg
 			res.Session = &api.SessionState{ID: sess.ID, ExecutionCount: sess.ExecutionCount, State: sess.State, ExpiresAt: sess.ExpiresAt}
 		}
 	}
-	return sessionResult(s, res, h.currentInfo())
+	out := sessionResult(s, res, h.currentInfo())
+	h.addFiles(ctx, out, res)
+	return out
 }
 
 // sessionResult is runResult, with what became of the session said in

@@ -25,6 +25,7 @@ Without "session", every call starts from a clean slate: nothing (files, variabl
 
 `)
 	b.WriteString(sessionText())
+	b.WriteString("\n\n" + filesText())
 	b.WriteString(`
 
 What the sandbox allows and forbids:
@@ -96,6 +97,7 @@ Loading data once in a session, then asking about it in later calls:
 				"maxProperties": api.MaxInputs,
 			},
 			"session": sessionSchema(),
+			"files":   filesSchema(info),
 		}, "code")),
 		RawOutputSchema: mustJSON(resultSchema()),
 		Annotations: mcp.ToolAnnotation{
@@ -418,6 +420,7 @@ func limitsSchema(desc string) map[string]any {
 // resultSchema describes the contract's result object (api.Result). The
 // contract's fields are required; the extensions are optional.
 func resultSchema() map[string]any {
+	filesOut, filesSkipped := resultFilesSchema()
 	return map[string]any{
 		"type": "object",
 		"properties": map[string]any{
@@ -516,7 +519,9 @@ func resultSchema() map[string]any {
 					"expires_at":      typed("string", "when the session ends unless another run comes first (RFC 3339)"),
 				},
 			},
-			"denials": denialsSchema(),
+			"denials":       denialsSchema(),
+			"files":         filesOut,
+			"files_skipped": filesSkipped,
 			"display": map[string]any{
 				"type":        "array",
 				"description": "rich output in order: plots and objects shown with cellblock.display or left as the last expression",
@@ -579,6 +584,7 @@ func infoSchema() map[string]any {
 			"prestart_shapes_ready": typed("integer", "of those, how many wait now"),
 			"filesystem":            typed("string", "what a run may write"),
 			"tools":                 toolCapsSchema(),
+			"files":                 fileCapsSchema(),
 			"display": map[string]any{
 				"type":        "object",
 				"description": "caps on a run's rich output (plots, HTML), value and exception",

@@ -38,6 +38,7 @@ type Metrics struct {
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
 	open      atomic.Pointer[func() int]
+	fileMetrics
 }
 
 // Session events counted by cellblock_sessions_total.
@@ -134,6 +135,7 @@ func New(version string) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	m.registerFiles()
 	return m
 }
 
@@ -183,6 +185,7 @@ func (m *Metrics) Observe(rec record.Run) {
 	res := rec.Result
 	m.runs.WithLabelValues(record.Outcome(res)).Inc()
 	m.tools.observe(rec)
+	m.observeFiles(rec)
 	if res == nil || res.RunID == "" {
 		return // refused before it ran: nothing was timed or built
 	}

@@ -5,6 +5,7 @@
 package peercred
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,4 +87,17 @@ func AllowList(group string, uids []int, log *slog.Logger) func(Peer) bool {
 		}
 		return slices.Contains(gids, strconv.Itoa(groupID))
 	}
+}
+
+type peerKey struct{}
+
+// NewContext returns ctx carrying p: the caller a request is served for.
+func NewContext(ctx context.Context, p Peer) context.Context {
+	return context.WithValue(ctx, peerKey{}, p)
+}
+
+// FromContext returns the peer NewContext stored in ctx.
+func FromContext(ctx context.Context) (Peer, bool) {
+	p, ok := ctx.Value(peerKey{}).(Peer)
+	return p, ok
 }

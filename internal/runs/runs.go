@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellblock/cellblock/cgroup"
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/internal/egress"
 	"github.com/cellblock/cellblock/internal/toolrelay"
@@ -58,7 +59,11 @@ type Config struct {
 	// Egress makes the proxies of runs that ask for network; nil gives
 	// none any.
 	Egress *egress.Egress
-	Log    *slog.Logger
+	// Artifacts keeps what runs write under /work/out; nil returns none.
+	// Files caps files in and out (the operator's --files-* flags).
+	Artifacts *artifacts.Store
+	Files     api.FileCaps
+	Log       *slog.Logger
 }
 
 // Executor turns validated requests into jail specs and outcomes into
@@ -137,6 +142,9 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	if t := toolrelay.FromContext(ctx); t != nil {
 		spec.Runner.Tools = t // not part of the jail's shape
 	}
+	if spec.Files, err = inputFiles(req.Files); err != nil {
+		return nil, err
+	}
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {
 		j = e.pool.Take(spec)
@@ -145,11 +153,12 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	}
 	out, err := e.run(ctx, j, spec, onOutput)
 	if err != nil {
-		return nil, err
+		return nil, FileError(err)
 	}
 	res := resultOf(out)
 	res.Denials = proxy.Close()
 	reportsOf(out.Runner, res)
+	e.collectRun(ctx, out, req, res)
 	res.Python = py.Version
 	res.Limits = &l
 	res.Environment = env.Result()
@@ -245,6 +254,8 @@ func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 		Mounts:  env.Mounts(),
 		Preload: env.Preload(),
 		Runner:  &nsjail.RunnerSpec{Mode: req.Mode, Inputs: req.Inputs, Limits: e.cfg.Reports},
+		// What the program leaves in /work/out is read from the host.
+		OpenWork: e.cfg.Artifacts != nil,
 	}
 	if spec.Runner.Mode == "" {
 		spec.Runner.Mode = api.ModeScript
@@ -279,6 +290,7 @@ func (e *Executor) Info() api.Info {
 			TotalBytes: e.cfg.Reports.DisplayTotalBytes, ReprBytes: e.cfg.Reports.ReprBytes,
 			TracebackBytes: e.cfg.Reports.TracebackBytes,
 		},
+		Files: e.filesInfo(),
 	}
 	pys, err := e.store.List()
 	if err != nil {

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/deps"
@@ -55,6 +56,11 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 	if proxy != nil {
 		spec.Egress = proxy
 	}
+	if spec.Files, err = inputFiles(req.Files); err != nil {
+		proxy.Close()
+		env.Release()
+		return nil, err
+	}
 	var j *nsjail.Jail
 	if e.pool != nil && spec.Shape() == e.defaultShape {
 		j = e.pool.Take(spec)
@@ -62,7 +68,8 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 		j = e.shapes.take(spec, py, run, l)
 	}
 	s, err := e.runner.OpenSession(ctx, j, spec)
-	if err != nil && j != nil && ctx.Err() == nil {
+	var fe *nsjail.FileError
+	if err != nil && j != nil && ctx.Err() == nil && !errors.As(err, &fe) {
 		// A prestarted jail that failed: once more in a fresh one, as
 		// for runs.
 		e.log.Warn("a jail could not be opened as a session; building another", "session", id, "err", err)
@@ -71,7 +78,7 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 	if err != nil {
 		proxy.Close()
 		env.Release()
-		return nil, err
+		return nil, FileError(err)
 	}
 	return &Opened{Session: s, Python: py.Version, Environment: env.Result(), env: env, egress: proxy}, nil
 }

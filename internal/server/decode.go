@@ -26,10 +26,11 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return fields
 }
 
-// decodeRunRequest reads and decodes a run request.
-func decodeRunRequest(w http.ResponseWriter, r *http.Request) (*api.RunRequest, *api.Error) {
+// decodeRunRequest reads and decodes a run request of at most limit
+// bytes.
+func decodeRunRequest(w http.ResponseWriter, r *http.Request, limit int64) (*api.RunRequest, *api.Error) {
 	var req api.RunRequest
-	if err := decodeStrict(w, r, &req); err != nil {
+	if err := decodeStrictN(w, r, &req, limit); err != nil {
 		return nil, err
 	}
 	return &req, nil
@@ -51,14 +52,20 @@ func DecodeRunRequest(body []byte) (*api.RunRequest, *api.Error) {
 // decodeStrict reads one JSON object of at most api.MaxRequestBytes into
 // v, refusing unknown fields.
 func decodeStrict(w http.ResponseWriter, r *http.Request, v any) *api.Error {
+	return decodeStrictN(w, r, v, api.MaxRequestBytes)
+}
+
+// decodeStrictN is decodeStrict for a body of at most limit bytes (a
+// request that may carry files).
+func decodeStrictN(w http.ResponseWriter, r *http.Request, v any, limit int64) *api.Error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, api.MaxRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", api.MaxRequestBytes)
+			return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", limit)
 		}
 		return api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
 	}
@@ -71,6 +78,18 @@ func decodeBody(body []byte, v any) *api.Error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return api.Errorf(api.ErrBadRequest, "", "request body is empty; send a JSON object such as {\"code\": \"print(1)\"}")
 	}
+	known := jsonFields(reflect.TypeOf(v).Elem())
+	if decodeFast(body, v, known) {
+		return nil
+	}
+	// What the fast path may have set goes.
+	reflect.ValueOf(v).Elem().SetZero()
+	return decodeSlow(body, v, known)
+}
+
+// decodeSlow is decodeBody in two passes, the first to name an unknown
+// field.
+func decodeSlow(body []byte, v any, known map[string]bool) *api.Error {
 	// First pass: the object's keys, to name an unknown field.
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(body, &raw); err != nil {
@@ -79,7 +98,6 @@ func decodeBody(body []byte, v any) *api.Error {
 	if raw == nil {
 		return api.Errorf(api.ErrBadRequest, "", "request body must be a JSON object")
 	}
-	known := jsonFields(reflect.TypeOf(v).Elem())
 	var unknown []string
 	for k := range raw {
 		if !known[k] {

@@ -7,8 +7,6 @@ import (
 	"github.com/cellblock/cellblock/internal/peercred"
 )
 
-type peerKey struct{}
-
 // withPeer stores the connection's peer credentials in its context. A
 // connection whose credentials cannot be read gets none, and is refused.
 func withPeer(ctx context.Context, c net.Conn) context.Context {
@@ -16,11 +14,10 @@ func withPeer(ctx context.Context, c net.Conn) context.Context {
 	if err != nil {
 		return ctx
 	}
-	return context.WithValue(ctx, peerKey{}, p)
+	return peercred.NewContext(ctx, p)
 }
 
 // PeerFrom returns the peer stored by withPeer.
 func PeerFrom(ctx context.Context) (peercred.Peer, bool) {
-	p, ok := ctx.Value(peerKey{}).(peercred.Peer)
-	return p, ok
+	return peercred.FromContext(ctx)
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// Tools caps the tool calls of runs (toolrelay.DefaultConfig when
 	// its defaults are unset).
 	Tools toolrelay.Config
+	// Files caps the files a request may carry (none when InCount is 0);
+	// FileObserver, if set, is told about every file put into or read
+	// from a session, and every artifact fetched.
+	Files        api.FileCaps
+	FileObserver func(record.FileOp)
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -108,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	s.registerEnvs(mux)
 	s.registerSessions(mux)
 	s.registerTools(mux)
+	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
 		mux.Handle("GET /metrics", s.cfg.Metrics)
 	}
@@ -228,7 +234,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, peer, nil, started, api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
 		return
 	}
-	req, aerr := decodeRunRequest(w, r)
+	req, aerr := decodeRunRequest(w, r, s.requestBytes())
 	if aerr == nil {
 		aerr = req.Validate()
 	}
@@ -240,6 +246,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var tools *runTools
 	if aerr == nil {
 		tools, aerr = s.prepareTools(req, stream)
+	}
+	if aerr == nil {
+		aerr = s.checkRunFiles(req, limits)
 	}
 	if aerr != nil {
 		s.refuse(w, peer, req, started, aerr)

@@ -45,7 +45,7 @@ func (s *Server) registerSessions(mux *http.ServeMux) {
 			return
 		}
 		var req api.SessionRequest
-		if aerr := decodeStrict(w, r, &req); aerr != nil {
+		if aerr := decodeStrictN(w, r, &req, s.requestBytes()); aerr != nil {
 			writeError(w, aerr)
 			return
 		}
@@ -53,6 +53,9 @@ func (s *Server) registerSessions(mux *http.ServeMux) {
 		var limits api.Limits
 		if aerr == nil {
 			limits, aerr = req.AsRun().Resolve(s.cfg.Defaults, s.cfg.Maxima)
+		}
+		if aerr == nil {
+			aerr = s.checkFiles(req.Files, limits.TmpBytes)
 		}
 		if aerr != nil {
 			writeError(w, aerr)

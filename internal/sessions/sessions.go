@@ -26,6 +26,7 @@ import (
 	"github.com/cellblock/cellblock/internal/toolrelay"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 // Interp is a session's live interpreter (an *nsjail.Session).
@@ -79,6 +80,10 @@ type Config struct {
 	Reports runner.Limits
 	Open    Opener
 	Result  Resulter
+	// Files moves files in and out of sessions' /work; nil: none move.
+	// FileCaps are the caps on files in (the server's).
+	Files    Files
+	FileCaps api.FileCaps
 	// Event, if set, is told "created", "expired", "deleted", "lost" and
 	// "ended" (shutdown), once per session and event.
 	Event func(kind string)
@@ -407,6 +412,20 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.cancelRun = cancel
 	m.mu.Unlock()
 
+	fi := m.fileInterp(e)
+	if len(req.Files) > 0 {
+		if err := m.putFiles(ctx, e, fi, req.Files, "files"); err != nil {
+			m.mu.Lock()
+			e.busy, e.cancelRun, e.lastUsed = false, nil, time.Now().UTC()
+			m.mu.Unlock()
+			return nil, err
+		}
+	}
+	var snap workdir.Snapshot
+	if fi != nil {
+		snap = m.cfg.Files.SnapshotOut(fi.Work())
+	}
+
 	mode := req.Mode
 	if mode == "" {
 		mode = api.ModeCell
@@ -420,6 +439,12 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		run.Tools = t
 	}
 	out, err := e.opened.Interp.Run(ctx, run, onOutput)
+	var files []api.File
+	var skipped []api.FileSkipped
+	if err == nil && fi != nil {
+		// Still busy: nothing but the run's leftovers writes now.
+		files, skipped = m.cfg.Files.CollectOut(fi.Work(), caller.UID, req.ReturnFiles == api.ReturnFilesInline, snap)
+	}
 
 	m.mu.Lock()
 	e.busy = false
@@ -440,6 +465,7 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		}
 		e.count++
 		res := m.sessionResult(e, out, l)
+		res.Files, res.FilesSkipped = files, skipped
 		res.Session.State = api.SessionLost
 		if out.Canceled || out.Lost {
 			res.Error = aerr // else it ran to its end just before
@@ -462,6 +488,7 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.count++
 	first := out.Lost && m.markLost(e)
 	res := m.sessionResult(e, out, l)
+	res.Files, res.FilesSkipped = files, skipped
 	m.mu.Unlock()
 	if first {
 		m.lostEvent(e, runID, out)

@@ -36,7 +36,7 @@ func pythons() []string {
 	return out
 }
 
-// TestPythonSuite runs py_tests/test_runner.py, test_session.py and test_tools.py
+// TestPythonSuite runs py_tests/test_runner.py, test_session.py, test_tools.py and test_files.py
 // (unittest) with every CPython found: the runner is started as the jail's
 // init will start it, with a socketpair as its channel; script mode is
 // compared with plain python, and session mode gets its runs' descriptors
@@ -57,7 +57,7 @@ func TestPythonSuite(t *testing.T) {
 		name := strings.TrimPrefix(py, "/")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.Command(py, "-B", "-m", "unittest", "test_runner", "test_session", "test_tools")
+			cmd := exec.Command(py, "-B", "-m", "unittest", "test_runner", "test_session", "test_tools", "test_files")
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
 			out, err := cmd.CombinedOutput()

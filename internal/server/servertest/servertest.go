@@ -54,6 +54,9 @@ type Daemon struct {
 	sessions    map[string]*fakeSession
 	sessionReqs []api.SessionRequest
 	sessionSeq  int
+
+	artifacts     map[string]*artifact
+	artifactReads int
 }
 
 // gracePeriod is how long the server lets runs finish when the test ends.
@@ -84,6 +87,7 @@ func Start(t testing.TB, info api.Info, run RunFunc) *Daemon {
 		QueueSize:     info.QueueSize,
 		Allowed:       func(p peercred.Peer) bool { return p.UID == me },
 		Tools:         toolsConfig(info.Tools),
+		Files:         filesOf(info),
 	}, (*executor)(d))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

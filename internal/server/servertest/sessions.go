@@ -18,8 +18,9 @@ import (
 // answering session_lost until deleted.
 
 type fakeSession struct {
-	info api.Session
-	busy bool
+	info  api.Session
+	busy  bool
+	files map[string][]byte // by path under /work
 }
 
 // SessionRequests returns the session requests that reached the

@@ -26,6 +26,12 @@ PROTOCOL = 1
 MPL_BACKEND = "module://cellblock._mpl_backend"
 # The largest frame the daemon sends.
 MAX_IN_FRAME = 16 << 20
+# Where input files go: the directory the runner starts in, /work in a
+# jail (taken before any of the program's code can change it).
+try:
+    WORK_DIR = os.getcwd()
+except OSError:
+    WORK_DIR = "/work"
 
 
 def _import_cellblock():
@@ -71,8 +77,10 @@ def _read_exact(fd, n):
     return bytes(buf)
 
 
-def _recv_run(fd):
-    """The run message and its raw text; (None, None) at EOF or garbage."""
+def _recv_run(fd, ch=None):
+    """The run message and its raw text; (None, None) at EOF or garbage.
+    File frames that come first are written under /work (answered on
+    ch)."""
     while True:
         h = _read_exact(fd, 4)
         if h is None:
@@ -89,6 +97,9 @@ def _recv_run(fd):
             return None, None
         if type(msg) is dict and msg.get("type") in ("run", "session"):
             return msg, raw
+        if type(msg) is dict and msg.get("type") == "file" and ch is not None:
+            from cellblock import _files
+            _files.on_frame(ch, msg, WORK_DIR)
         # Other types are for later versions: ignored.
 
 
@@ -399,7 +410,7 @@ def _setup():
                     ready["preload_failed"] = failed
             ch.send(ready)
             _preload(fd)
-            msg, raw = _recv_run(fd)
+            msg, raw = _recv_run(fd, ch)
         else:
             _freeze()
             mfd = int(run_fd)

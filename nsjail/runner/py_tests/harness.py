@@ -87,9 +87,26 @@ def read_frames(sock, out, raw_out=None):
         i += 4 + n
 
 
+def file_frames(path, data, chunk=1 << 20):
+    """The daemon's file frames for data at path (PROTOCOL.md, "Files")."""
+    import base64
+    frames = []
+    off = 0
+    while True:
+        part = data[off:off + chunk]
+        msg = {"type": "file", "path": path, "offset": off, "data": base64.b64encode(part).decode()}
+        off += len(part)
+        if off == len(data):
+            msg["end"] = True
+        frames.append(frame(msg))
+        if off == len(data):
+            return frames
+
+
 def run(code, argv0="-c", argv=(), mode="script", env=None, start_env=None, inputs=None,
-        limits=None, stdin=b"", cwd=None, timeout=60, python=None, send=True, raw_out=None):
-    """Run code through the runner; returns a Result."""
+        limits=None, stdin=b"", cwd=None, timeout=60, python=None, send=True, raw_out=None, files=()):
+    """Run code through the runner, after writing files ((path, bytes)
+    pairs) with file frames; returns a Result."""
     env = base_env() if env is None else env
     start_env = dict(base_env() if start_env is None else start_env)
     parent, child = socket.socketpair()
@@ -109,6 +126,9 @@ def run(code, argv0="-c", argv=(), mode="script", env=None, start_env=None, inpu
         if limits is not None:
             msg["limits"] = limits
         try:
+            for path, data in files:
+                for f in file_frames(path, data):
+                    parent.sendall(f)
             parent.sendall(frame(msg))
         except OSError:
             pass
@@ -165,7 +185,7 @@ class Session:
     """A runner in session mode over a socketpair. Use as a context
     manager, or call close()."""
 
-    def __init__(self, env=None, start_env=None, limits=None, python=None, timeout=60):
+    def __init__(self, env=None, start_env=None, limits=None, python=None, timeout=60, cwd=None):
         import queue
         self.env = base_env() if env is None else env
         start_env = dict(base_env() if start_env is None else start_env)
@@ -179,7 +199,7 @@ class Session:
         # The runner's own stderr: it says why it fails before its session
         # begins (after, descriptors 0 to 2 are /dev/null).
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([python or PYTHON, RUNNER], env=start_env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([python or PYTHON, RUNNER], env=start_env, stdin=subprocess.DEVNULL, cwd=cwd,
                                      stdout=subprocess.DEVNULL, stderr=self.log, pass_fds=(child.fileno(),))
         child.close()
         self.reader = threading.Thread(target=self._read, daemon=True)

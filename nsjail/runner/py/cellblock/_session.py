@@ -96,6 +96,15 @@ def serve(ch, fd, runner):
         if msg is None:
             _close_all(fds)
             _os._exit(0)  # the daemon ended the session
+        if type(msg) is dict and msg.get("type") == "file":
+            # An input file, between runs (PROTOCOL.md, "Files").
+            _close_all(fds)
+            try:
+                from cellblock import _files
+                _files.on_frame(ch, msg, runner.WORK_DIR)
+            except KeyboardInterrupt:
+                pass
+            continue
         if type(msg) is not dict or msg.get("type") != "run" or len(fds) != _RUN_FDS:
             _close_all(fds)
             continue

@@ -1,0 +1,296 @@
+package artifacts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable time for the tests.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func open(t *testing.T, dir string, max int64, ttl time.Duration, c *clock, evicted *[]string) *Store {
+	t.Helper()
+	s, err := Open(Config{Dir: dir, MaxBytes: max, TTL: ttl, Now: c.now, OnEvict: func(r string) {
+		if evicted != nil {
+			*evicted = append(*evicted, r)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func put(t *testing.T, s *Store, owner uint32, content string) string {
+	t.Helper()
+	w, err := s.Create(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(w, content); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := w.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+func read(s *Store, uid uint32, sum string) (string, error) {
+	f, n, err := s.Open(uid, sum)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err == nil && int64(len(b)) != n {
+		err = fmt.Errorf("%d bytes for size %d", len(b), n)
+	}
+	return string(b), err
+}
+
+func sumOf(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// TestOwnership: an artifact is its producers' (and root's); to anyone
+// else it is exactly as absent as one that never existed.
+func TestOwnership(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := open(t, t.TempDir(), 1<<20, time.Hour, c, nil)
+	sum := put(t, s, 1000, "chart")
+	if sum != sumOf("chart") {
+		t.Fatalf("sum %s", sum)
+	}
+	for _, uid := range []uint32{1000, 0} {
+		if got, err := read(s, uid, sum); err != nil || got != "chart" {
+			t.Errorf("uid %d: %q %v", uid, got, err)
+		}
+	}
+	_, errOther := read(s, 1001, sum)
+	_, errNone := read(s, 1001, sumOf("never"))
+	if !errors.Is(errOther, ErrNotFound) || errOther != errNone {
+		t.Errorf("another uid: %v; an unknown artifact: %v", errOther, errNone)
+	}
+	for _, bad := range []string{"", "../../etc/passwd", strings.ToUpper(sum), sum + "0", "meta/" + sum[5:]} {
+		if _, err := read(s, 0, bad); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	// Produced again by another uid: both have it, stored once.
+	if put(t, s, 1001, "chart") != sum {
+		t.Fatal("the same content, another sum")
+	}
+	if _, err := read(s, 1001, sum); err != nil {
+		t.Errorf("the second producer: %v", err)
+	}
+	if b, n := s.Stats(); n != 1 || b != int64(len("chart"))+Overhead {
+		t.Errorf("stats %d bytes, %d files", b, n)
+	}
+}
+
+// TestFiles: content and records are root's alone, written whole.
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := open(t, dir, 1<<20, time.Hour, c, nil)
+	sum := put(t, s, 1000, "x")
+	for _, p := range []string{dir, filepath.Join(dir, "sha256", sum), filepath.Join(dir, "meta", sum+".json")} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := st.Mode().Perm(); m&0o077 != 0 {
+			t.Errorf("%s: mode %v", p, m)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+		t.Errorf("temporary files left: %v", ents)
+	}
+	// Aborted: nothing stays.
+	w, _ := s.Create(1000)
+	io.WriteString(w, "half")
+	w.Abort()
+	if _, err := w.Commit(); err == nil {
+		t.Error("committed after Abort")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+		t.Errorf("an aborted artifact left %v", ents)
+	}
+}
+
+// TestQuota: past the quota the least recently produced go first; a
+// file larger than the quota is refused.
+func TestQuota(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	var evicted []string
+	s := open(t, t.TempDir(), 3*(Overhead+100), time.Hour, c, &evicted)
+	a := put(t, s, 1, strings.Repeat("a", 100))
+	c.add(time.Second)
+	b := put(t, s, 1, strings.Repeat("b", 100))
+	c.add(time.Second)
+	cc := put(t, s, 1, strings.Repeat("c", 100))
+	c.add(time.Second)
+	put(t, s, 2, strings.Repeat("a", 100)) // a produced again: now the newest
+	c.add(time.Second)
+	d := put(t, s, 1, strings.Repeat("d", 100))
+	if _, err := read(s, 1, b); !errors.Is(err, ErrNotFound) {
+		t.Errorf("b, the least recently produced, is still there: %v", err)
+	}
+	for _, sum := range []string{a, cc, d} {
+		if _, err := read(s, 0, sum); err != nil {
+			t.Errorf("%s: %v", sum[:8], err)
+		}
+	}
+	if len(evicted) != 1 || evicted[0] != EvictQuota {
+		t.Errorf("evictions %v", evicted)
+	}
+	w, _ := s.Create(1)
+	io.WriteString(w, strings.Repeat("z", 4*(Overhead+100)))
+	if _, err := w.Commit(); !errors.Is(err, ErrTooBig) {
+		t.Errorf("over the quota: %v", err)
+	}
+}
+
+// TestTTL: a uid's claim ends a TTL after it last produced the artifact;
+// an artifact nobody claims is deleted, expired ones before any other.
+func TestTTL(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	var evicted []string
+	s := open(t, t.TempDir(), 1<<20, time.Hour, c, &evicted)
+	sum := put(t, s, 1, "x")
+	c.add(40 * time.Minute)
+	put(t, s, 2, "x")
+	c.add(30 * time.Minute)
+	if _, err := read(s, 1, sum); !errors.Is(err, ErrNotFound) {
+		t.Errorf("uid 1 after 70 minutes: %v", err)
+	}
+	if _, err := read(s, 2, sum); err != nil {
+		t.Errorf("uid 2 after 30 minutes: %v", err)
+	}
+	c.add(31 * time.Minute)
+	put(t, s, 3, "other") // a commit expires what is due
+	if _, err := read(s, 0, sum); !errors.Is(err, ErrNotFound) || len(evicted) != 1 || evicted[0] != EvictExpired {
+		t.Errorf("after every claim expired: %v, evictions %v", err, evicted)
+	}
+}
+
+// TestRestart: records survive a restart; half-written files, content
+// without a record and records without content do not.
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := open(t, dir, 1<<20, time.Hour, c, nil)
+	sum := put(t, s, 1000, "kept")
+	gone := put(t, s, 1000, "gone")
+	s.Close()
+	os.Remove(filepath.Join(dir, "sha256", gone))
+	os.WriteFile(filepath.Join(dir, "sha256", sumOf("orphan")), []byte("orphan"), 0o600)
+	os.WriteFile(filepath.Join(dir, "tmp", "content-123"), []byte("half"), 0o600)
+	os.WriteFile(filepath.Join(dir, "meta", "junk.json"), []byte("{"), 0o600)
+
+	s = open(t, dir, 1<<20, time.Hour, c, nil)
+	if got, err := read(s, 1000, sum); err != nil || got != "kept" {
+		t.Errorf("after a restart: %q %v", got, err)
+	}
+	if _, err := read(s, 1001, sum); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another uid after a restart: %v", err)
+	}
+	if _, err := read(s, 1000, gone); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a record without content: %v", err)
+	}
+	for _, p := range []string{filepath.Join("sha256", sumOf("orphan")), filepath.Join("tmp", "content-123"), filepath.Join("meta", "junk.json"), filepath.Join("meta", gone+".json")} {
+		if _, err := os.Stat(filepath.Join(dir, p)); !os.IsNotExist(err) {
+			t.Errorf("%s survived the restart", p)
+		}
+	}
+	if _, n := s.Stats(); n != 1 {
+		t.Errorf("%d artifacts after the restart", n)
+	}
+	// Expired while the daemon was down.
+	s.Close()
+	c.add(2 * time.Hour)
+	s = open(t, dir, 1<<20, time.Hour, c, nil)
+	if _, n := s.Stats(); n != 0 {
+		t.Errorf("%d artifacts past their TTL", n)
+	}
+}
+
+// TestConcurrent: runs producing the same content at once store it once;
+// a reader holding an artifact reads it whole while it is evicted.
+func TestConcurrent(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := open(t, t.TempDir(), 4*(Overhead+1000), time.Hour, c, nil)
+	content := strings.Repeat("p", 1000)
+	var wg sync.WaitGroup
+	sums := make([]string, 16)
+	for i := range sums {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, err := s.Create(uint32(i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for range 10 {
+				io.WriteString(w, content[:100])
+			}
+			sums[i], err = w.Commit()
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, sum := range sums {
+		if got, err := read(s, uint32(i), sum); err != nil || got != content {
+			t.Errorf("uid %d: %v", i, err)
+		}
+	}
+	if _, n := s.Stats(); n != 1 {
+		t.Errorf("%d artifacts for one content", n)
+	}
+	f, _, err := s.Open(3, sums[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 4 { // past the quota: the first goes
+		c.add(time.Second)
+		put(t, s, 1, strings.Repeat(fmt.Sprint(i), 1000))
+	}
+	if _, err := read(s, 3, sums[0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("not evicted: %v", err)
+	}
+	if b, err := io.ReadAll(f); err != nil || string(b) != content {
+		t.Errorf("the open reader got %d bytes, %v", len(b), err)
+	}
+}

@@ -1,0 +1,217 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
+)
+
+// Files: a request's files are checked here against the operator's caps
+// (Config.Files) before anything is built; the artifacts runs produced
+// are served to the uids that produced them; a session's /work is read
+// and written file by file.
+
+// ArtifactStore is an Executor that keeps what runs produce. Any artifact
+// the uid did not produce is api.ErrNotFound, in the words of one that
+// does not exist.
+type ArtifactStore interface {
+	OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error)
+}
+
+// SessionFileManager is a SessionManager whose sessions' /work can be
+// read and written one file at a time. Paths are checked by the server
+// (api.CheckFilePath).
+type SessionFileManager interface {
+	// ReadSessionFile copies the file at path to the writer begin
+	// returns, once its size is known.
+	ReadSessionFile(ctx context.Context, owner peercred.Peer, id, path string, begin func(size int64) (io.Writer, error)) error
+	// PutSessionFile writes data at path, between the session's runs.
+	PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error
+}
+
+// requestBytes is the largest body of a request that may carry files.
+func (s *Server) requestBytes() int64 {
+	if s.cfg.Files.InCount == 0 {
+		return api.MaxRequestBytes
+	}
+	return s.cfg.Files.RequestBytes()
+}
+
+// checkFiles refuses files past the operator's caps or tmpBytes.
+func (s *Server) checkFiles(files []api.FileInput, tmpBytes int64) *api.Error {
+	_, aerr := api.CheckFileCaps(files, s.cfg.Files, tmpBytes)
+	return aerr
+}
+
+// checkRunFiles checks a run's files: against its tmp_bytes, or for a
+// run in a session against the caps alone (the session checks its own
+// tmp size).
+func (s *Server) checkRunFiles(req *api.RunRequest, limits api.Limits) *api.Error {
+	if req.Session != "" {
+		return s.checkFiles(req.Files, math.MaxInt64)
+	}
+	return s.checkFiles(req.Files, limits.TmpBytes)
+}
+
+// observeFile tells the file observer of op.
+func (s *Server) observeFile(op record.FileOp) {
+	if s.cfg.FileObserver != nil {
+		s.cfg.FileObserver(op)
+	}
+}
+
+// registerFiles adds the routes of artifacts and session files, for
+// executors that have them.
+func (s *Server) registerFiles(mux *http.ServeMux) {
+	if as, ok := s.exec.(ArtifactStore); ok {
+		mux.HandleFunc("GET "+api.PathArtifacts+"/{sha256}", func(w http.ResponseWriter, r *http.Request) {
+			s.getArtifact(w, r, as)
+		})
+	}
+	if fm, ok := s.exec.(SessionFileManager); ok {
+		route := api.PathSessions + "/{id}/" + api.SessionFilesDir + "/{path...}"
+		mux.HandleFunc("GET "+route, func(w http.ResponseWriter, r *http.Request) { s.getSessionFile(w, r, fm) })
+		mux.HandleFunc("PUT "+route, func(w http.ResponseWriter, r *http.Request) { s.putSessionFile(w, r, fm) })
+	}
+}
+
+// getArtifact streams an artifact to a uid that produced it.
+func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as ArtifactStore) {
+	peer, _ := PeerFrom(r.Context())
+	sum := r.PathValue("sha256")
+	op := record.FileOp{Peer: peer, Op: record.ArtifactGet, SHA256: sum, Started: time.Now()}
+	f, size, err := as.OpenArtifact(peer.UID, sum)
+	if err != nil {
+		e := s.callerError(err, newRef("e"), peer)
+		op.Error = e
+		s.observeFile(op)
+		writeError(w, e)
+		return
+	}
+	defer f.Close()
+	op.Size = size
+	s.observeFile(op)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, io.LimitReader(f, size))
+}
+
+// sessionPath is the path of a session file request, checked.
+func sessionPath(r *http.Request) (string, *api.Error) {
+	p := r.PathValue("path")
+	if why := api.CheckFilePath(p); why != "" {
+		return "", api.Errorf(api.ErrBadRequest, "path", "%q %s", p, why)
+	}
+	return p, nil
+}
+
+// getSessionFile streams a file of a session's /work. Its size is sent
+// first (Content-Length); a file that changes while it is read ends the
+// answer short of it, so that no client takes part of it for the whole.
+func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
+	peer, _ := PeerFrom(r.Context())
+	id := r.PathValue("id")
+	op := record.FileOp{Peer: peer, Op: record.FileGet, Session: id, Started: time.Now()}
+	p, aerr := sessionPath(r)
+	op.Path = p
+	if aerr != nil {
+		op.Error = aerr
+		s.observeFile(op)
+		writeError(w, aerr)
+		return
+	}
+	h := sha256.New()
+	started := false
+	err := fm.ReadSessionFile(r.Context(), peer, id, p, func(size int64) (io.Writer, error) {
+		started = true
+		op.Size = size
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		return io.MultiWriter(w, h), nil
+	})
+	if err == nil {
+		op.SHA256 = hex.EncodeToString(h.Sum(nil))
+		s.observeFile(op)
+		return
+	}
+	e := s.callerError(err, newRef("e"), peer)
+	op.Error = e
+	s.observeFile(op)
+	if started {
+		// The status is gone already: cut the answer short of its
+		// Content-Length, which the client sees as an error.
+		panic(http.ErrAbortHandler)
+	}
+	writeError(w, e)
+}
+
+// putSessionFile writes the body as a file of a session's /work.
+func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
+	peer, _ := PeerFrom(r.Context())
+	id := r.PathValue("id")
+	op := record.FileOp{Peer: peer, Op: record.FilePut, Session: id, Started: time.Now()}
+	refuse := func(e *api.Error) {
+		op.Error = e
+		s.observeFile(op)
+		writeError(w, e)
+	}
+	if s.isDraining() {
+		refuse(api.Errorf(api.ErrUnavailable, "", "cellblockd is shutting down"))
+		return
+	}
+	p, aerr := sessionPath(r)
+	op.Path = p
+	if aerr != nil {
+		refuse(aerr)
+		return
+	}
+	if api.UnderOut(p) {
+		refuse(api.Errorf(api.ErrBadRequest, "path", "%q is under %s/, where the program's results go; put inputs elsewhere in /work", p, api.OutDir))
+		return
+	}
+	limit := s.cfg.Files.InBytes
+	if s.cfg.Files.InCount == 0 {
+		refuse(api.Errorf(api.ErrOverLimit, "", "this daemon takes no files"))
+		return
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			refuse(api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit))
+			return
+		}
+		refuse(api.Errorf(api.ErrBadRequest, "", "read the file: %v", err))
+		return
+	}
+	sum := sha256.Sum256(data)
+	op.Size, op.SHA256 = int64(len(data)), hex.EncodeToString(sum[:])
+	ctx, end, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	defer end()
+	err = fm.PutSessionFile(ctx, peer, id, p, data)
+	if err != nil {
+		op.Error = s.callerError(err, newRef("e"), peer)
+		s.observeFile(op)
+		writeError(w, op.Error)
+		return
+	}
+	s.observeFile(op)
+	writeJSON(w, http.StatusOK, &api.SessionFileWritten{Session: id, Path: p, Size: op.Size, SHA256: op.SHA256})
+}

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/record"
+)
+
+// fileExec is an executor whose sessions' files are made up by read and
+// put, and whose artifacts are those in arts (any uid may read them).
+type fileExec struct {
+	fakeExecutor
+	read func(p string, begin func(int64) (io.Writer, error)) error
+	put  func(p string, data []byte) error
+}
+
+func (f *fileExec) ReadSessionFile(ctx context.Context, owner peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
+	return f.read(p, begin)
+}
+
+func (f *fileExec) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
+	return f.put(p, data)
+}
+
+var fileCaps = api.FileCaps{InCount: 2, InBytes: 6 << 20}
+
+// TestFilesCheckedBeforeTheRun: files past the caps, or past the run's
+// tmp size, are refused naming "files" and never reach the executor.
+func TestFilesCheckedBeforeTheRun(t *testing.T) {
+	exec := &fakeExecutor{}
+	var refused []record.Run
+	c, stop := serve(t, exec, Config{Files: fileCaps, Observer: func(r record.Run) { refused = append(refused, r) }})
+	defer stop()
+	big := strings.Repeat("x", 2<<20) // over testLimits.TmpBytes (1 MiB)
+	for name, files := range map[string][]api.FileInput{
+		"count": {{Path: "a"}, {Path: "b"}, {Path: "c"}},
+		"tmp":   {{Path: "a", Content: big}},
+	} {
+		res, err := c.Run(context.Background(), &api.RunRequest{Code: "x", Files: files})
+		if err != nil || res.Error == nil || res.Error.Type != api.ErrOverLimit || res.Error.Field != "files" || res.RunID != "" {
+			t.Errorf("%s: %+v %v", name, res.Error, err)
+		}
+	}
+	res, _ := c.Run(context.Background(), &api.RunRequest{Code: "x", Files: []api.FileInput{{Path: "../x"}}})
+	if res.Error == nil || res.Error.Field != "files[0].path" {
+		t.Errorf("a path leaving /work: %+v", res.Error)
+	}
+	if exec.calls != 0 {
+		t.Errorf("%d refused runs reached the executor", exec.calls)
+	}
+	if len(refused) != 3 || refused[0].Result.Error == nil {
+		t.Errorf("refusals observed: %d", len(refused))
+	}
+	res, err := c.Run(context.Background(), &api.RunRequest{Code: "x", Files: []api.FileInput{{Path: "a", Content: "small"}}})
+	if err != nil || res.Error != nil || exec.calls != 1 {
+		t.Errorf("within the caps: %+v %v", res.Error, err)
+	}
+}
+
+// TestFilesGrowTheBodyOfRunsOnly: a run may carry its files as base64
+// beyond the usual body limit; other requests may not grow.
+func TestFilesGrowTheBodyOfRunsOnly(t *testing.T) {
+	exec := &fakeExecutor{}
+	cfg := Config{Files: fileCaps}
+	c, stop := serve(t, exec, cfg)
+	defer stop()
+	if s := New(cfg, exec); s.requestBytes() <= api.MaxRequestBytes+fileCaps.InBytes {
+		t.Fatalf("request bytes %d", s.requestBytes())
+	}
+	data := strings.Repeat("\x00\x01", 5<<19) // 5 MiB, about 6.7 MiB as base64
+	in := api.FileInput{Path: "big.bin", Content: base64.StdEncoding.EncodeToString([]byte(data)), Encoding: api.EncodingBase64}
+	// Through the real socket, the body is accepted (refused later only
+	// for the test server's 1 MiB tmp size, not for its size).
+	res, err := c.Run(context.Background(), &api.RunRequest{Code: "x", Files: []api.FileInput{in}})
+	if err != nil || res.Error == nil || res.Error.Type != api.ErrOverLimit || !strings.Contains(res.Error.Message, "tmp_bytes") {
+		t.Errorf("a 6.7 MiB body with files: %+v %v", res.Error, err)
+	}
+	// A body that large without files is refused as too large.
+	res, err = c.Run(context.Background(), &api.RunRequest{Code: "x", Env: map[string]string{"PAD": strings.Repeat("p", 5<<20)}})
+	if err != nil || res.Error == nil || res.Error.Type != api.ErrTooLarge && res.Error.Type != api.ErrBadRequest {
+		t.Errorf("a 5 MiB run without files: %+v %v", res.Error, err)
+	}
+	// Environment builds keep the usual limit.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.Socket())
+	}}}
+	resp, err := hc.Post("http://x"+api.PathEnvs, "application/json", strings.NewReader(`{"dependencies":["`+strings.Repeat("a", 5<<20)+`"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge && resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a 5 MiB environment build: %s", resp.Status)
+	}
+}
+
+// TestSessionFileRoutes: paths are checked, out/ takes no input, and a
+// file that changes while it is read ends the answer short, so that no
+// client takes part of it for the whole.
+func TestSessionFileRoutes(t *testing.T) {
+	var puts []string
+	exec := &fileExec{
+		read: func(p string, begin func(int64) (io.Writer, error)) error {
+			w, err := begin(10)
+			if err != nil {
+				return err
+			}
+			if p == "changing" {
+				w.Write([]byte("part"))
+				return api.Errorf(api.ErrInUse, "path", "changed while it was read")
+			}
+			_, err = w.Write([]byte("0123456789"))
+			return err
+		},
+		put: func(p string, data []byte) error { puts = append(puts, p+"="+string(data)); return nil },
+	}
+	var ops []record.FileOp
+	c, stop := serve(t, exec, Config{Files: fileCaps, FileObserver: func(op record.FileOp) { ops = append(ops, op) }})
+	defer stop()
+	ctx := context.Background()
+	w, err := c.PutSessionFile(ctx, "s1", "data/in.csv", strings.NewReader("a,b"), 3)
+	if err != nil || w.Size != 3 || w.Path != "data/in.csv" || len(puts) != 1 || puts[0] != "data/in.csv=a,b" {
+		t.Fatalf("put: %+v %v %v", w, err, puts)
+	}
+	_, err = c.PutSessionFile(ctx, "s1", "out/x", strings.NewReader("x"), 1)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrBadRequest || ae.Field != "path" {
+		t.Errorf("put under out/: %v", err)
+	}
+	// What no client of ours sends: the server checks it all the same.
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.Socket())
+	}}}
+	for _, raw := range []string{"a/%2e%2e/%2e%2e/etc/passwd", "%2Fabs", "a%00b", "a/..%2F..%2Fx"} {
+		req, _ := http.NewRequest(http.MethodPut, "http://x"+api.PathSessions+"/s1/files/"+raw, strings.NewReader("x"))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("put %s: %s", raw, resp.Status)
+		}
+	}
+	if len(puts) != 1 {
+		t.Errorf("refused paths were put: %v", puts)
+	}
+	rc, n, err := c.OpenSessionFile(ctx, "s1", "x.txt")
+	if err != nil || n != 10 {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || string(b) != "0123456789" {
+		t.Errorf("get: %q %v", b, err)
+	}
+	rc, _, err = c.OpenSessionFile(ctx, "s1", "changing")
+	if err == nil {
+		b, err = io.ReadAll(rc)
+		rc.Close()
+	}
+	if err == nil {
+		t.Errorf("a file that changed while it was read came whole: %q", b)
+	}
+	if len(ops) < 3 || ops[0].Op != record.FilePut || ops[0].SHA256 == "" {
+		t.Errorf("observed %+v", ops)
+	}
+}
+
+// artExec serves one artifact to the uid it names.
+type artExec struct {
+	fakeExecutor
+	owner uint32
+	asked []uint32
+}
+
+func (a *artExec) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error) {
+	a.asked = append(a.asked, uid)
+	if sum != strings.Repeat("a", 64) || uid != a.owner {
+		return nil, 0, api.Errorf(api.ErrNotFound, "sha256", "no artifact %q", sum)
+	}
+	return io.NopCloser(strings.NewReader("content")), 7, nil
+}
+
+// TestArtifactRoute: the caller's uid, from its peer credentials, is the
+// one the store is asked for; the content goes with its size.
+func TestArtifactRoute(t *testing.T) {
+	me := uint32(os.Getuid())
+	exec := &artExec{owner: me}
+	c, stop := serve(t, exec, Config{})
+	defer stop()
+	b, err := c.Artifact(context.Background(), strings.Repeat("a", 64), 100)
+	if err != nil || string(b) != "content" {
+		t.Fatalf("%q %v", b, err)
+	}
+	_, err = c.Artifact(context.Background(), strings.Repeat("b", 64), 100)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrNotFound {
+		t.Errorf("unknown: %v", err)
+	}
+	exec.owner = me + 1
+	if _, err := c.Artifact(context.Background(), strings.Repeat("a", 64), 100); !errors.As(err, &ae) || ae.Type != api.ErrNotFound {
+		t.Errorf("another's: %v", err)
+	}
+	if len(exec.asked) != 3 || exec.asked[0] != me {
+		t.Errorf("asked for uids %v", exec.asked)
+	}
+}

@@ -1,0 +1,150 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/nsjail/workdir"
+)
+
+// Files in and out of a session's /work: files a run or a PUT brings are
+// written by the session's runner between runs (the session is busy
+// meanwhile); what a run writes under /work/out and did not find there
+// as it is comes back with its result; any file of /work can be read.
+
+// FileInterp is an Interp whose /work takes files (an *nsjail.Session).
+type FileInterp interface {
+	// Work is the session's /work, open; readers clone it.
+	Work() *workdir.Dir
+	// PutFiles writes files under /work through the runner.
+	PutFiles(ctx context.Context, files []nsjail.InputFile) error
+}
+
+// Files is what moves files in and out of sessions (the executor's).
+type Files interface {
+	// Inputs decodes a request's files.
+	Inputs(files []api.FileInput) ([]nsjail.InputFile, error)
+	// InputError classifies an error of PutFiles for the caller, naming
+	// field.
+	InputError(err error, field string) error
+	// SnapshotOut and CollectOut find what a run changed under /work/out
+	// and store it for owner.
+	SnapshotOut(w *workdir.Dir) workdir.Snapshot
+	CollectOut(w *workdir.Dir, owner uint32, inline bool, since workdir.Snapshot) ([]api.File, []api.FileSkipped)
+	// ReadWorkFile copies the file at p of w to the writer begin gives.
+	ReadWorkFile(w *workdir.Dir, p string, begin func(size int64) (io.Writer, error)) error
+}
+
+// fileInterp is e's interpreter when it takes files and the manager can
+// move them; nil otherwise.
+func (m *Manager) fileInterp(e *entry) FileInterp {
+	fi, ok := e.opened.Interp.(FileInterp)
+	if !ok || m.cfg.Files == nil {
+		return nil
+	}
+	return fi
+}
+
+// putFiles writes a run's (or a PUT's) files into e, which the caller
+// marked busy; field names the request's field for errors. It checks
+// the files against the caps and the session's tmp size first.
+func (m *Manager) putFiles(ctx context.Context, e *entry, fi FileInterp, files []api.FileInput, field string) error {
+	if fi == nil {
+		return api.Errorf(api.ErrBadRequest, field, "this session cannot take files")
+	}
+	if _, aerr := api.CheckFileCaps(files, m.cfg.FileCaps, e.limits.TmpBytes); aerr != nil {
+		if field != "files" {
+			aerr.Field = field
+		}
+		return aerr
+	}
+	in, err := m.cfg.Files.Inputs(files)
+	if err != nil {
+		return err
+	}
+	err = fi.PutFiles(ctx, in)
+	if errors.Is(err, nsjail.ErrSessionLost) || err != nil && e.opened.Interp.Lost() {
+		m.mu.Lock()
+		first := m.markLost(e)
+		m.mu.Unlock()
+		if first {
+			m.lostEvent(e, "", nil)
+		}
+	}
+	if errors.Is(err, nsjail.ErrSessionLost) {
+		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: its variables are gone; delete it and create another", e.id)
+	}
+	if err != nil {
+		return m.cfg.Files.InputError(err, field)
+	}
+	return nil
+}
+
+// PutSessionFile writes data at p (checked by the caller) under the
+// /work of session id, through its runner. A session with a run in
+// progress is busy.
+func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, p string, data []byte) error {
+	m.mu.Lock()
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		m.mu.Unlock()
+		return aerr
+	}
+	if e.lost || e.opened.Interp.Lost() {
+		m.mu.Unlock()
+		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: it takes no files; delete it and create another", e.id)
+	}
+	if e.busy {
+		m.mu.Unlock()
+		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q; write its files between runs", e.id)
+	}
+	if why := m.expiry(e, time.Now()); why != "" {
+		m.bury(e, why)
+		m.mu.Unlock()
+		m.end(e, "expired")
+		return m.notFoundLocked(caller, id)
+	}
+	e.busy = true
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e.cancelRun = cancel
+	fi := m.fileInterp(e)
+	m.mu.Unlock()
+
+	err := m.putFiles(ctx, e, fi, []api.FileInput{{Path: p, Content: string(data)}}, "path")
+
+	m.mu.Lock()
+	e.busy = false
+	e.cancelRun = nil
+	e.lastUsed = time.Now().UTC()
+	gone := m.sessions[e.id] != e
+	m.mu.Unlock()
+	if gone && err != nil {
+		return m.notFoundLocked(caller, id)
+	}
+	return err
+}
+
+// ReadSessionFile copies the file at p (checked by the caller) of the
+// /work of session id to the writer begin returns. It may run beside a
+// run: a file that changes while it is read is refused, never sent in
+// part. A lost session's files can still be read until it is deleted.
+func (m *Manager) ReadSessionFile(ctx context.Context, caller peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
+	m.mu.Lock()
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		m.mu.Unlock()
+		return aerr
+	}
+	fi := m.fileInterp(e)
+	m.mu.Unlock()
+	if fi == nil {
+		return api.Errorf(api.ErrNotFound, "path", "this session's files cannot be read")
+	}
+	return m.cfg.Files.ReadWorkFile(fi.Work(), p, begin)
+}

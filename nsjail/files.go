@@ -1,0 +1,263 @@
+package nsjail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
+)
+
+// Files in and out of a jail's /work.
+//
+// Input files are written inside the jail by its runner, as the jail's
+// user (runner/PROTOCOL.md, "Files"): their pages are then the run's, in
+// its memory cgroup and its tmpfs, and no descriptor of the daemon's ever
+// points into /work for writing. The daemon reads what the program left
+// through a descriptor of /work it opened before any of the program's code
+// ran (package workdir).
+
+// InputFile is one file placed under the jail's /work before the program
+// runs; Path is relative to /work (already checked by the caller).
+type InputFile struct {
+	Path string
+	Data []byte
+}
+
+// FileError is an input file the runner could not write: the run did not
+// start (a session's run, or its opening, did not go on).
+type FileError struct {
+	// Index is the file's place in the list, Path its path.
+	Index int
+	Path  string
+	// Errno names the runner's error ("ENOSPC", "ELOOP", ...), "" when
+	// the jail went away; Message is its text (from the jail: bounded).
+	Errno, Message string
+	// NoSpace: /work was full (ENOSPC, EDQUOT, EFBIG).
+	NoSpace bool
+	// OOM: the jail ran out of memory while the files were written
+	// (a tmpfs's pages count against its memory limit).
+	OOM bool
+}
+
+func (e *FileError) Error() string {
+	switch {
+	case e.OOM:
+		return fmt.Sprintf("input file %q: the jail ran out of memory while the files were written (their pages count against the memory limit)", e.Path)
+	case e.Errno == "":
+		return fmt.Sprintf("input file %q: %s", e.Path, e.Message)
+	}
+	return fmt.Sprintf("input file %q: %s (%s)", e.Path, e.Message, e.Errno)
+}
+
+// filesTimeout bounds writing a run's input files.
+const filesTimeout = launchTimeout
+
+// validFilePath reports whether p can be a path under /work: relative,
+// clean, and not leaving it. The caller checked it more closely.
+func validFilePath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) {
+		return false
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == "" || c == "." || c == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// openWork opens the jail's /work for the caller (Spec.OpenWork), while
+// only the daemon's code has run in it.
+func (j *Jail) openWork() error {
+	pid, err := j.proc.Pid()
+	if err != nil {
+		return err
+	}
+	w, err := workdir.OpenJail(pid)
+	if err != nil {
+		// Once as a warning (it is the daemon's lot: a capability it
+		// lacks), then at debug level.
+		level := slog.LevelDebug
+		if j.r.workWarned.CompareAndSwap(false, true) {
+			level = slog.LevelWarn
+		}
+		j.r.log.Log(context.Background(), level, "cannot open a jail's /work (does cellblockd lack CAP_SYS_PTRACE?): what runs write under /work/out cannot come back",
+			"jail", j.id, "err", err)
+		return err
+	}
+	j.work = w
+	return nil
+}
+
+// takeWork hands the jail's /work over to the caller, who closes it.
+func (j *Jail) takeWork() *workdir.Dir {
+	w := j.work
+	j.work = nil
+	return w
+}
+
+// sendFiles sends files to the jail's runner and waits for its answer on
+// each, which next returns (one frame at a time; frames of other types
+// are passed over). The frames are written while the answers are read,
+// so neither side waits for the other with a full socket.
+func (j *Jail) sendFiles(files []InputFile, next func() ([]byte, error)) error {
+	sent := make(chan error, 1)
+	go func() {
+		sent <- func() error {
+			for _, f := range files {
+				frames, err := runner.EncodeFile(f.Path, f.Data)
+				if err != nil {
+					return err
+				}
+				for _, fr := range frames {
+					_ = j.rch.SetWriteDeadline(time.Now().Add(filesTimeoutFor(int64(len(fr)))))
+					if _, err := j.rch.Write(fr); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}()
+	}()
+	// Every file is answered at its last frame, failed or not: read them
+	// all, so that a session's channel is in step again afterwards.
+	var first error
+	for i, f := range files {
+		var p []byte
+		var err error
+		for {
+			if p, err = next(); err != nil || isFileWritten(p) {
+				break
+			}
+		}
+		if err != nil {
+			return j.filesLost(f, i, err)
+		}
+		w, err := runner.ParseFileWritten(p)
+		var ferr *FileError
+		switch {
+		case err != nil:
+			ferr = &FileError{Index: i, Path: f.Path, Message: "the runner's answer could not be read: " + err.Error()}
+		case w.Path != f.Path:
+			ferr = &FileError{Index: i, Path: f.Path, Message: "the runner answered for another file"}
+		case w.Error != "":
+			ferr = &FileError{Index: i, Path: f.Path, Errno: w.Error, Message: w.Message,
+				NoSpace: w.Error == "ENOSPC" || w.Error == "EDQUOT" || w.Error == "EFBIG"}
+		case w.Bytes != int64(len(f.Data)):
+			ferr = &FileError{Index: i, Path: f.Path, Message: fmt.Sprintf("the runner wrote %d bytes of %d", w.Bytes, len(f.Data))}
+		}
+		if ferr != nil && first == nil {
+			first = ferr
+		}
+	}
+	if err := <-sent; err != nil {
+		return &FileError{Index: len(files) - 1, Path: files[len(files)-1].Path, Message: "the files could not be sent: " + err.Error()}
+	}
+	return first
+}
+
+// isFileWritten reports whether p is the runner's answer for a file.
+func isFileWritten(p []byte) bool {
+	t, err := runner.MessageType(p)
+	return err == nil && t == runner.TypeFileWritten
+}
+
+// filesTimeoutFor bounds writing files of size bytes in all.
+func filesTimeoutFor(size int64) time.Duration {
+	return filesTimeout + time.Duration(size>>24)*time.Second
+}
+
+// filesLost is the error for the channel ending (or failing) while file
+// was awaited: the jail ran out of memory, or died.
+func (j *Jail) filesLost(f InputFile, i int, err error) error {
+	if st, serr := j.cg.Stats(); serr == nil && st.OOMKilled {
+		return &FileError{Index: i, Path: f.Path, OOM: true}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &FileError{Index: i, Path: f.Path, Message: "the jail's runner went away while the files were written"}
+	}
+	return &FileError{Index: i, Path: f.Path, Message: "no answer from the jail's runner: " + err.Error()}
+}
+
+// writeFiles writes files through the runner of a jail being handed over,
+// once its runner is ready: the frames it answers with come straight off
+// the channel, before anything else reads it.
+func (j *Jail) writeFiles(files []InputFile) error {
+	select {
+	case <-j.warm:
+	case <-j.exited:
+		return &FileError{Path: files[0].Path, Message: "the jail's runner exited before the files could be written"}
+	case <-time.After(filesTimeout):
+		return &FileError{Path: files[0].Path, Message: "the jail's runner did not get ready"}
+	}
+	_ = j.rch.SetReadDeadline(time.Now().Add(filesTimeoutFor(totalSize(files))))
+	defer j.rch.SetReadDeadline(time.Time{})
+	fr := runner.NewFrameReader(j.rch, runner.ReadyFrameBytes)
+	return j.sendFiles(files, fr.Next)
+}
+
+// WorkErr says why the session's /work could not be opened, when it was
+// asked for and could not be (Work is then nil).
+func (s *Session) WorkErr() error { return s.j.workErr }
+
+// Work is the session's /work, open (Spec.OpenWork), or nil. It stays
+// the session's: callers use a Clone of it, which a Close of the session
+// does not cut short.
+func (s *Session) Work() *workdir.Dir { return s.j.work }
+
+// PutFiles writes files under the session's /work through its runner,
+// between runs: one caller at a time, like Run. An error wrapping
+// ErrSessionLost means the session had lost its interpreter before; a
+// *FileError that a file could not be written (the session may be lost
+// now, out of memory: see Lost).
+func (s *Session) PutFiles(ctx context.Context, files []InputFile) error {
+	if len(files) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Lost() {
+		return ErrSessionLost
+	}
+	s.waiting.Store(true)
+	defer s.waiting.Store(false)
+	timer := time.NewTimer(filesTimeoutFor(totalSize(files)))
+	defer timer.Stop()
+	next := func() ([]byte, error) {
+		select {
+		case p, ok := <-s.frames:
+			if !ok {
+				return nil, io.EOF
+			}
+			return p, nil
+		case <-s.lost:
+			return nil, io.EOF
+		case <-timer.C:
+			return nil, errors.New("timed out")
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	err := s.j.sendFiles(files, next)
+	var fe *FileError
+	if errors.As(err, &fe) && fe.Errno == "" && !s.Lost() {
+		// The channel is out of step: the session cannot go on.
+		s.kill()
+	}
+	return err
+}
+
+// totalSize is the size of files together.
+func totalSize(files []InputFile) int64 {
+	var n int64
+	for _, f := range files {
+		n += int64(len(f.Data))
+	}
+	return n
+}
