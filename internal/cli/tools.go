@@ -118,7 +118,7 @@ func runToolCommand(ctx context.Context, t cliTool, call api.ToolCall, socket st
 	// Killed a little before the daemon gives up on the call, so that
 	// the code hears why.
 	limit := time.Duration(call.TimeoutMs) * time.Millisecond
-	ctx, cancel := context.WithTimeout(ctx, limit-min(limit/10, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, limit-min(limit/4, time.Second))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", t.command)
 	cmd.Stdin = bytes.NewReader(call.Arguments)
