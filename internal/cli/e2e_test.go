@@ -344,6 +344,7 @@ func TestRunInterrupted(t *testing.T) {
 func TestSignalsCancel(t *testing.T) {
 	sig := watchSignals(context.Background())
 	defer sig.stop()
+	<-sig.ready
 	ctx := sig.ctx
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
