@@ -113,7 +113,24 @@ type Store struct {
 
 	mu  sync.Mutex
 	log *slog.Logger
+	// listed is list's last answer, for the store directory as stamped
+	// (see list); s.mu guards both.
+	listed      []Python
+	listedStamp dirStamp
 }
+
+// dirStamp tells a directory's versions apart: an entry added, removed or
+// renamed (every change of the store: a rootfs moved in or out, the
+// default link replaced) changes its ctime and mtime.
+type dirStamp struct {
+	ino          uint64
+	mtime, ctime int64
+}
+
+// racyStamp is how recent a stamp may be and still not be trusted: a
+// filesystem's timestamps are as coarse as the kernel's tick (4 ms at HZ
+// 250), so a change in the same tick as a listing keeps the stamp it saw.
+const racyStamp = 100 * time.Millisecond
 
 // Open opens the store at dir (usually <state-dir>/rootfs), creating it
 // and any missing parents with mode 0755, and removes what interrupted
@@ -520,8 +537,31 @@ func (s *Store) python(m *metadata, defaultID string) Python {
 	}
 }
 
-// list returns the usable rootfses sorted by version; s.mu is held.
+// list returns the usable rootfses sorted by version; s.mu is held. It
+// reads the store again only when its directory changed (every run picks
+// its interpreter here: reading each rootfs's metadata took 0.1 ms), or
+// when the change it saw last could have been in the same tick as one
+// since.
 func (s *Store) list() ([]Python, error) {
+	var stamp dirStamp
+	var st unix.Stat_t
+	fresh := false
+	if err := unix.Stat(s.dir, &st); err == nil {
+		stamp = dirStamp{ino: st.Ino, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+		fresh = time.Since(time.Unix(0, max(stamp.mtime, stamp.ctime))) < racyStamp
+		if s.listed != nil && stamp == s.listedStamp && !fresh {
+			return append([]Python(nil), s.listed...), nil
+		}
+	}
+	ps, err := s.readList()
+	if err == nil && stamp.ino != 0 && !fresh {
+		s.listed, s.listedStamp = append([]Python(nil), ps...), stamp
+	}
+	return ps, err
+}
+
+// readList is list, read from the disk.
+func (s *Store) readList() ([]Python, error) {
 	metas, err := s.readMetas()
 	if err != nil {
 		return nil, err

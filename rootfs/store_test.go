@@ -536,3 +536,61 @@ func TestStoreConcurrentUse(t *testing.T) {
 		t.Errorf("default after concurrent SetDefault: %+v, %v", p, err)
 	}
 }
+
+// List reads the store again after every change of its directory, even
+// one in the same clock tick as the listing before, and not otherwise.
+func TestListFollowsTheStore(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "rootfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() string {
+		t.Helper()
+		ps, err := s.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids(ps)
+	}
+	addFakeEntry(t, s, "cpython-3.11.7", "3.11.7", formatVersion)
+	if got := list(); got != "cpython-3.11.7" {
+		t.Fatalf("List = %s", got)
+	}
+	addFakeEntry(t, s, "cpython-3.12.1", "3.12.1", formatVersion) // most likely the same tick
+	if got := list(); got != "cpython-3.11.7 cpython-3.12.1" {
+		t.Fatalf("List right after a change = %s", got)
+	}
+	// Once the directory's stamp is old enough to be trusted, a listing
+	// is kept: a rootfs's metadata changed in place (which the store never
+	// does) is not seen ...
+	time.Sleep(racyStamp + 20*time.Millisecond) // ages the stamp; nothing to wait for
+	if got := list(); got != "cpython-3.11.7 cpython-3.12.1" {
+		t.Fatalf("List = %s", got)
+	}
+	rewriteMetaFile(t, filepath.Join(s.Dir(), "cpython-3.12.1", metaFileName), "3.12.9")
+	if ps, err := s.List(); err != nil || ps[1].Version != "3.12.1" {
+		t.Fatalf("a kept listing read the store again: %+v %v", ps, err)
+	}
+	// ... until the directory changes.
+	addFakeEntry(t, s, "cpython-3.13.0", "3.13.0", formatVersion)
+	ps, err := s.List()
+	if err != nil || ids(ps) != "cpython-3.11.7 cpython-3.12.1 cpython-3.13.0" || ps[1].Version != "3.12.9" {
+		t.Fatalf("List after a change = %s %+v %v", ids(ps), ps, err)
+	}
+}
+
+// rewriteMetaFile gives the metadata at path another version, in place.
+func rewriteMetaFile(t *testing.T, path, version string) {
+	t.Helper()
+	m, err := readMeta(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Version = version
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMeta(path, m); err != nil {
+		t.Fatal(err)
+	}
+}
