@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -349,8 +350,34 @@ func (d *benchDaemon) stop() {
 	}
 }
 
-// settle waits until every prestarted jail is ready again, so that no
-// refill runs during a measurement.
+// busyJails lists the daemon's jail cgroups other than prestarted jails
+// waiting for a run: runs in progress and jails whose teardown (after the
+// answer) is not over. Directories below the daemon's --cgroup-name in any
+// hierarchy (v1), or below its "runs" (v2).
+func (d *benchDaemon) busyJails() []string {
+	var found []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		if strings.Count(p, "/") > 12 {
+			return filepath.SkipDir
+		}
+		parent := filepath.Base(filepath.Dir(p))
+		if parent == "runs" {
+			parent = filepath.Base(filepath.Dir(filepath.Dir(p)))
+		}
+		if parent == d.cgroupName && e.Name() != "runs" && e.Name() != "daemon" && !strings.HasPrefix(e.Name(), "pre-") {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
+}
+
+// settle waits until every prestarted jail is ready again, and every jail
+// of an ended run is torn down, so that neither a refill nor a teardown
+// runs during a measurement.
 func (d *benchDaemon) settle() error { return d.settleShapes(0) }
 
 // settleShapes is settle that also waits until shapes jails of other
@@ -362,11 +389,11 @@ func (d *benchDaemon) settleShapes(shapes int) error {
 		if err != nil {
 			return err
 		}
-		if info.PrestartReady >= info.Prestart && info.PrestartShapesReady >= shapes {
+		if info.PrestartReady >= info.Prestart && info.PrestartShapesReady >= shapes && len(d.busyJails()) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("daemon %s: %d of %d prestarted jails ready after 30 s", d.name, info.PrestartReady, info.Prestart)
+			return fmt.Errorf("daemon %s: %d of %d prestarted jails ready after 30 s; jails not yet torn down: %v", d.name, info.PrestartReady, info.Prestart, d.busyJails())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
