@@ -69,7 +69,7 @@ func run() error {
 	n := flag.Int("n", 40, "iterations per runner")
 	tputRuns := flag.Int("throughput-runs", 60, "runs at each concurrency of the throughput bench (0: skip it)")
 	stateDir := flag.String("state-dir", "/var/lib/cellblock-bench", "daemon state directory (kept between runs; its base name, [a-zA-Z0-9_-], names the cgroup subtrees)")
-	only := flag.String("only", "", "measure only this part: network")
+	only := flag.String("only", "", "measure only this part: network, or start (print(1) against bare and the phases)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("run as root (sudo make bench): the daemon and runc need it")
@@ -189,7 +189,7 @@ func run() error {
 	}
 	for i := 0; i < *n; i++ {
 		for _, r := range runners {
-			if err := pre.settle(); err != nil {
+			if err := settleAll(pre, fresh); err != nil {
 				return err
 			}
 			start := time.Now()
@@ -230,6 +230,9 @@ func run() error {
 		if err := phaseTable(d, code, *n); err != nil {
 			return err
 		}
+	}
+	if *only == "start" {
+		return nil
 	}
 	// Dependencies on the fresh-jail daemon, so that runs with and
 	// without an environment are built the same way; then warm.
@@ -373,6 +376,16 @@ func (d *benchDaemon) busyJails() []string {
 		return nil
 	})
 	return found
+}
+
+// settleAll settles each daemon in turn.
+func settleAll(ds ...*benchDaemon) error {
+	for _, d := range ds {
+		if err := d.settle(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // settle waits until every prestarted jail is ready again, and every jail
