@@ -169,7 +169,7 @@ func (r *RunRequest) validateTools() *Error {
 		if s := bytes.TrimSpace(t.InputSchema); s[0] != '{' && !bytes.Equal(s, []byte("true")) {
 			return Errorf(ErrBadRequest, field+".input_schema", "must be a JSON Schema object")
 		}
-		if d := jsonDepth(t.InputSchema); d > MaxToolSchemaDepth {
+		if d := JSONDepth(t.InputSchema); d > MaxToolSchemaDepth {
 			return Errorf(ErrBadRequest, field+".input_schema", "nests %d deep; the maximum is %d", d, MaxToolSchemaDepth)
 		}
 	}

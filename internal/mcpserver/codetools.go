@@ -321,7 +321,7 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		}
 		raw = b
 	}
-	if len(raw) > api.MaxToolSchema || jsonDepth(raw) > api.MaxToolSchemaDepth {
+	if len(raw) > api.MaxToolSchema || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
 		return nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
@@ -337,32 +337,6 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		return nil
 	}
 	return raw
-}
-
-// jsonDepth is how deep JSON nests arrays and objects.
-func jsonDepth(raw []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, ch := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-		case ch == '[' || ch == '{':
-			d++
-			deepest = max(deepest, d)
-		case ch == ']' || ch == '}':
-			d--
-		}
-	}
-	return deepest
 }
 
 type refuseLoader struct{}

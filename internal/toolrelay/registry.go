@@ -117,7 +117,7 @@ func decodeAnswer(body []byte) (*api.ToolAnswer, *api.Error) {
 		return a, nil
 	}
 	// As deep as anything the runner itself sends.
-	if d := depth(res); d > runner.MaxJSONDepth {
+	if d := api.JSONDepth(res); d > runner.MaxJSONDepth {
 		return nil, api.Errorf(api.ErrBadRequest, "result", "nests %d deep; the most is %d", d, runner.MaxJSONDepth)
 	}
 	var b bytes.Buffer
@@ -126,30 +126,4 @@ func decodeAnswer(body []byte) (*api.ToolAnswer, *api.Error) {
 	}
 	a.Result = b.Bytes()
 	return a, nil
-}
-
-// depth is how deep valid JSON nests arrays and objects.
-func depth(raw []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, ch := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-		case ch == '[' || ch == '{':
-			d++
-			deepest = max(deepest, d)
-		case ch == ']' || ch == '}':
-			d--
-		}
-	}
-	return deepest
 }
