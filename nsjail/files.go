@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/nsjail/workdir"
@@ -79,7 +82,7 @@ func (j *Jail) openWork() error {
 	if err != nil {
 		return err
 	}
-	w, err := workdir.OpenJail(pid)
+	w, err := j.openWorkOf(pid)
 	if err != nil {
 		// Once as a warning (it is the daemon's lot: a capability it
 		// lacks), then at debug level.
@@ -93,6 +96,32 @@ func (j *Jail) openWork() error {
 	}
 	j.work = w
 	return nil
+}
+
+// openWorkOf opens /work of the jail whose init is pid, making sure that
+// pid is still this jail's init: /proc/PID is opened once, and both the
+// mount namespace checked against the one the jail holds (holdMounts) and
+// the root are looked up beneath it, so that a pid reused by another
+// process once the init was reaped fails instead of naming another jail.
+func (j *Jail) openWorkOf(pid int) (*workdir.Dir, error) {
+	dir, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the jail's init: %w", err)
+	}
+	defer unix.Close(dir)
+	if j.mntns != nil {
+		var ns, held unix.Stat_t
+		if err := unix.Fstatat(dir, "ns/mnt", &ns, 0); err != nil {
+			return nil, fmt.Errorf("the jail's init: %w", err)
+		}
+		if err := unix.Fstat(int(j.mntns.Fd()), &held); err != nil {
+			return nil, err
+		}
+		if ns.Dev != held.Dev || ns.Ino != held.Ino {
+			return nil, errors.New("the jail's init is gone: its pid names another process")
+		}
+	}
+	return workdir.OpenJail(dir)
 }
 
 // takeWork hands the jail's /work over to the caller, who closes it.

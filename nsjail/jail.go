@@ -467,11 +467,17 @@ func (j *Jail) launch(ctx context.Context, spec *Spec, onOutput OutputFunc) (_ *
 	streams := j.drain(spec.Limits.OutputBytes, onOutput)
 	l := j.listen(spec, start)
 	ended := j.supervise(ctx, spec, start, streams, l, out)
-	if ended != nil && j.work.Has("out") {
+	if ended != nil && j.work != nil {
 		// The run's answer came before its processes' end (see
-		// supervise): its files are read once nothing can write them.
-		if kerr := j.kill(); kerr != nil {
-			j.r.log.Error("kill ended run", "run", spec.ID, "jail", j.id, "err", kerr)
+		// supervise): its files are read once nothing can write them,
+		// and none are when it left none, whatever a process of it
+		// still alive might write.
+		if j.work.Has(layout.OutDir) {
+			if kerr := j.kill(); kerr != nil {
+				j.r.log.Error("kill ended run", "run", spec.ID, "jail", j.id, "err", kerr)
+			}
+		} else {
+			j.takeWork().Close()
 		}
 	}
 	j.collect(spec, streams, ended, out)

@@ -12,6 +12,7 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/nsjail/layout"
 	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
@@ -115,5 +116,12 @@ func TestCollectOut(t *testing.T) {
 	}
 	if info := e.filesInfo(); info.StoreFiles != 2 || info.StoreBytes != 1<<20 || info.OutCount != 10 {
 		t.Errorf("info %+v", info)
+	}
+}
+
+// The jail reads api.OutDir under its /work by the layout's name for it.
+func TestOutDirIsTheLayouts(t *testing.T) {
+	if api.OutDir != layout.OutDir {
+		t.Errorf("api.OutDir %q, layout.OutDir %q", api.OutDir, layout.OutDir)
 	}
 }

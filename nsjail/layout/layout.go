@@ -22,6 +22,9 @@ const (
 	// Work is the program's working directory and HOME: a size-limited
 	// tmpfs owned by the jail's user, where its script is written.
 	Work = "/work"
+	// OutDir is the directory under Work whose files come back from a run
+	// (api.OutDir).
+	OutDir = "out"
 	// Tmp is the writable scratch directory (TMPDIR), a size-limited tmpfs.
 	Tmp = "/tmp"
 	// Dev is the jail's own small /dev: a tmpfs holding only Devices.

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,12 +40,12 @@ const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_N
 // ErrNotTmpfs is returned by OpenJail when the jail's /work is not a tmpfs.
 var ErrNotTmpfs = errors.New("the jail's /work is not a tmpfs")
 
-// OpenJail opens /work of the jail whose init has host pid pid, through
-// /proc/PID/root. Call it before the jail runs code that is not the
-// daemon's: the path is resolved in the jail's mount namespace, without
+// OpenJail opens /work of the jail whose init's /proc directory is open as
+// procDir, through its root. Call it before the jail runs code that is not
+// the daemon's: the path is resolved in the jail's mount namespace, without
 // following a symbolic link, and must end on a tmpfs.
-func OpenJail(pid int) (*Dir, error) {
-	root, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+func OpenJail(procDir int) (*Dir, error) {
+	root, err := unix.Openat(procDir, "root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open the jail's root: %w", err)
 	}
