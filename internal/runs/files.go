@@ -214,6 +214,8 @@ func (e *Executor) ReadWorkFile(w *workdir.Dir, p string, begin func(size int64)
 		return api.Errorf(api.ErrTooLarge, "path", "%q: %v", p, err)
 	case errors.Is(err, workdir.ErrChanged):
 		return api.Errorf(api.ErrInUse, "path", "%q changed while it was read (the session's code is writing it); try again", p)
+	case errors.Is(err, workdir.ErrBusy):
+		return api.Errorf(api.ErrInUse, "path", "%q is held by the session's code (a file lease), so it was not read; try again", p)
 	}
 	return fmt.Errorf("read %q of a session: %w", p, err)
 }
