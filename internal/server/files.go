@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -85,7 +86,63 @@ func (s *Server) registerFiles(mux *http.ServeMux) {
 	}
 }
 
-// getArtifact streams an artifact to a uid that produced it.
+// An answer that sends a file (an artifact, a session's file) must end in
+// fileAnswerBase plus its size at fileAnswerRate bytes a second, or it is
+// cut: a client that asks and never reads would otherwise hold what the
+// answer holds (an artifact's file, which an eviction has unlinked and
+// whose blocks stay taken while it is open; a session's /work, whose whole
+// tmpfs a deleted session would keep in memory) for as long as it likes.
+// Variables for the tests.
+var (
+	fileAnswerBase       = 30 * time.Second
+	fileAnswerRate int64 = 1 << 20
+)
+
+// fileAnswer bounds the answer w sends a file of size bytes in, from now:
+// its write deadline, under which net/http also flushes the answer's end
+// once the handler returns, and which it lifts then for the connection's
+// next request (a run's stream may take long).
+func fileAnswer(w http.ResponseWriter, size int64) {
+	d := fileAnswerBase + time.Duration(float64(size)/float64(fileAnswerRate)*float64(time.Second))
+	// Without deadlines (a writer that is not a connection's) there is
+	// nothing to bound.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
+
+// clientWriter is the client's side of an answer: it remembers whether a
+// write to it failed (the client went away or did not read in time),
+// which is no failure of the daemon's.
+type clientWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *clientWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// storeReader is the store's side of an artifact's answer: it remembers
+// whether a read failed, which is the daemon's failure, unlike a write to
+// the client that fails.
+type storeReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *storeReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// getArtifact streams an artifact to a uid that produced it, within
+// fileAnswer's time.
 func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as ArtifactStore) {
 	peer, _ := PeerFrom(r.Context())
 	sum := r.PathValue("sha256")
@@ -104,8 +161,20 @@ func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as Artifact
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	fileAnswer(w, size)
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, io.LimitReader(f, size))
+	store := &storeReader{r: io.LimitReader(f, size)}
+	if _, err := io.Copy(w, store); err != nil {
+		// Out of time, or the client went away (or, seldom, the store
+		// could not be read): the file is closed as the handler ends,
+		// and so is the connection.
+		level := slog.LevelDebug
+		if store.err != nil {
+			level = slog.LevelError
+		}
+		s.log.Log(r.Context(), level, "an artifact's answer was cut", "uid", peer.UID, "sha256", sum, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // sessionPath is the path of a session file request, checked.
@@ -120,6 +189,8 @@ func sessionPath(r *http.Request) (string, *api.Error) {
 // getSessionFile streams a file of a session's /work. Its size is sent
 // first (Content-Length); a file that changes while it is read ends the
 // answer short of it, so that no client takes part of it for the whole.
+// The answer has fileAnswer's time: the session's /work, which the read
+// holds open, is let go when it is over, read or not.
 func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
@@ -134,19 +205,29 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	}
 	h := sha256.New()
 	started := false
+	client := &clientWriter{w: w}
 	err := fm.ReadSessionFile(r.Context(), peer, id, p, func(size int64) (io.Writer, error) {
-		started = true
 		op.Size = size
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		fileAnswer(w, size)
+		started = true
 		w.WriteHeader(http.StatusOK)
-		return io.MultiWriter(w, h), nil
+		return io.MultiWriter(client, h), nil
 	})
 	if err == nil {
 		op.SHA256 = hex.EncodeToString(h.Sum(nil))
 		s.observeFile(op)
 		return
+	}
+	if client.err != nil {
+		// Out of time, or the client went away: not the daemon's
+		// failure, nor one to log above debug.
+		s.log.Debug("a session file's answer was cut", "uid", peer.UID, "session", id, "err", client.err)
+		op.Error = api.Errorf(api.ErrCanceled, "", "the caller did not take the answer in time")
+		s.observeFile(op)
+		panic(http.ErrAbortHandler)
 	}
 	e := s.callerError(err, newRef("e"), peer)
 	op.Error = e

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
@@ -216,5 +218,113 @@ func TestArtifactRoute(t *testing.T) {
 	}
 	if len(exec.asked) != 3 || exec.asked[0] != me {
 		t.Errorf("asked for uids %v", exec.asked)
+	}
+}
+
+// heldFile is a large file that says when it is let go.
+type heldFile struct {
+	io.Reader
+	closed chan struct{}
+}
+
+func (h *heldFile) Close() error { close(h.closed); return nil }
+
+// answerFiles serves an artifact and a session file of size bytes that
+// say when they are let go: the artifact's file is closed, the session
+// file's read (which holds its /work) returns.
+type answerFiles struct {
+	fakeExecutor
+	size               int64
+	artifact, sessFile chan struct{}
+}
+
+func (a *answerFiles) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error) {
+	return &heldFile{Reader: io.LimitReader(zeros{}, a.size), closed: a.artifact}, a.size, nil
+}
+
+func (a *answerFiles) ReadSessionFile(ctx context.Context, owner peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
+	defer close(a.sessFile)
+	w, err := begin(a.size)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(w, io.LimitReader(zeros{}, a.size))
+	return err
+}
+
+func (a *answerFiles) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestFileAnswersEndInTime: a client that asks for an artifact or a
+// session's file and never reads does not hold the file (an evicted
+// artifact's blocks, a session's /work) past the answer's time, and a
+// connection that carried a file's answer keeps no deadline for the next
+// request on it.
+func TestFileAnswersEndInTime(t *testing.T) {
+	defer func(b time.Duration, r int64) { fileAnswerBase, fileAnswerRate = b, r }(fileAnswerBase, fileAnswerRate)
+	fileAnswerBase, fileAnswerRate = 200*time.Millisecond, 1<<40
+	exec := &answerFiles{size: 64 << 20, artifact: make(chan struct{}), sessFile: make(chan struct{})}
+	c, stop := serve(t, exec, Config{Files: fileCaps})
+	defer stop()
+	for name, tc := range map[string]struct {
+		path     string
+		released chan struct{}
+	}{
+		"artifact":     {api.PathArtifacts + "/" + strings.Repeat("a", 64), exec.artifact},
+		"session file": {api.PathSessions + "/s1/files/big.bin", exec.sessFile},
+	} {
+		conn, err := net.Dial("unix", c.Socket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET "+tc.path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// Far more than the socket's buffers: never read, the answer
+		// can only end by its deadline.
+		select {
+		case <-tc.released:
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s: still held by a client that does not read", name)
+		}
+	}
+
+	// A small answer, then a run on the same connection that outlasts
+	// the answer's deadline.
+	exec.size = 10
+	exec.artifact = make(chan struct{})
+	exec.block = make(chan struct{})
+	hc := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.Socket())
+	}}}
+	resp, err := hc.Get("http://x" + api.PathArtifacts + "/" + strings.Repeat("a", 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 10 {
+		t.Fatalf("the artifact: %d bytes, %v", len(b), err)
+	}
+	resp.Body.Close()
+	// The run answers once the deadline the artifact's answer had is
+	// past.
+	time.AfterFunc(fileAnswerBase+100*time.Millisecond, func() { close(exec.block) })
+	reused := false
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://x"+api.PathRuns, strings.NewReader(`{"code":"x"}`))
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatalf("a run after a file's answer on the same connection: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !reused {
+		t.Errorf("a run after a file's answer: %s %q %v (connection reused: %v)", resp.Status, b, err, reused)
 	}
 }
