@@ -11,6 +11,12 @@
 // a reader never sees half of one, and a reader holds its file open, so
 // eviction never cuts a read short.
 //
+// The store holds up to hundreds of thousands of small artifacts, and
+// every commit and read takes its one lock: what a commit does under it
+// is O(log n) in the artifacts held (heaps by time, no scan), expiry is
+// the periodic sweep's, in batches, and evicted files are removed after
+// the lock is let go.
+//
 // It stores and hands out bytes; it knows nothing of jails, requests or
 // HTTP.
 package artifacts
@@ -25,7 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +48,10 @@ const (
 	// its content: its record and the file system's blocks, so that many
 	// small files cannot go past the quota unseen.
 	Overhead = 4096
-	// sweepEvery is how often expired claims are dropped.
+	// sweepEvery is how often expired claims are dropped, at most
+	// sweepBatch at a time under the lock.
 	sweepEvery = time.Minute
+	sweepBatch = 256
 )
 
 // Eviction reasons, as Config.OnEvict is told.
@@ -85,24 +93,41 @@ type Store struct {
 	mu    sync.Mutex
 	items map[string]*item
 	bytes int64 // content plus Overhead of every item
+	// ages holds every claim, the least recently produced first: the
+	// next to expire.
+	ages indexed[*claim]
+	// lru holds every item, the least recently produced first: the next
+	// to go past the quota.
+	lru indexed[*item]
+	// deleting counts by hash the evicted artifacts whose files are
+	// being removed after the lock was let go: such content is not
+	// stored again until gone signals they are.
+	deleting map[string]int
+	gone     *sync.Cond
+	// examined counts the items and claims looked at, and compared, to
+	// expire and make room: the work the tests bound.
+	examined int64
 }
 
 // item is one artifact.
 type item struct {
-	Size int64 `json:"size"`
-	// Owners maps each uid that produced it to when it last did.
-	Owners map[uint32]time.Time `json:"owners"`
+	sum  string
+	size int64
+	// claims holds each uid that produced it, and when it last did:
+	// mostly one.
+	claims []*claim
+	// produced is when any uid last produced it; lruPos its place in
+	// Store.lru.
+	produced time.Time
+	lruPos   int
 }
 
-// produced is when any uid last produced it.
-func (it *item) produced() time.Time {
-	var t time.Time
-	for _, at := range it.Owners {
-		if at.After(t) {
-			t = at
-		}
-	}
-	return t
+// claim is one uid's hold on an item.
+type claim struct {
+	uid    uint32
+	it     *item
+	at     time.Time // when uid last produced it
+	agePos int       // in Store.ages
 }
 
 // Open opens the store at cfg.Dir, making it if needed: it removes what a
@@ -132,14 +157,26 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("artifact store: %w", err)
 		}
 	}
-	s := &Store{cfg: cfg, items: map[string]*item{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: cfg, items: map[string]*item{}, deleting: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s.gone = sync.NewCond(&s.mu)
+	s.ages = indexed[*claim]{
+		less: func(a, b *claim) bool { return a.at.Before(b.at) },
+		pos:  func(c *claim) *int { return &c.agePos },
+		cmps: &s.examined,
+	}
+	s.lru = indexed[*item]{
+		less: func(a, b *item) bool { return a.produced.Before(b.produced) },
+		pos:  func(it *item) *int { return &it.lruPos },
+		cmps: &s.examined,
+	}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	s.expire(cfg.Now())
-	s.fit(0)
+	s.mu.Lock()
+	doomed := s.fit(0, cfg.Now(), nil)
 	s.mu.Unlock()
+	s.remove(doomed)
 	go s.sweep()
 	return s, nil
 }
@@ -164,9 +201,7 @@ func (s *Store) sweep() {
 			return
 		case <-t.C:
 		}
-		s.mu.Lock()
 		s.expire(s.cfg.Now())
-		s.mu.Unlock()
 	}
 }
 
@@ -200,11 +235,12 @@ func (s *Store) load() error {
 	}
 	for _, e := range metas {
 		sum, ok := strings.CutSuffix(e.Name(), ".json")
-		var it item
-		if ok && validSum(sum) && s.readMeta(sum, &it) == nil {
-			if st, err := os.Lstat(s.content(sum)); err == nil && st.Mode().IsRegular() && st.Size() == it.Size && len(it.Owners) > 0 {
-				s.items[sum] = &it
-				s.bytes += it.Size + Overhead
+		var r record
+		if ok && validSum(sum) && s.readMeta(sum, &r) == nil {
+			if st, err := os.Lstat(s.content(sum)); err == nil && st.Mode().IsRegular() && st.Size() == r.Size && len(r.Owners) > 0 {
+				for uid, at := range r.Owners {
+					s.claim(sum, r.Size, uid, at)
+				}
 				continue
 			}
 		}
@@ -225,37 +261,45 @@ func (s *Store) load() error {
 	return nil
 }
 
-// record is an item as its meta file holds it: uids as strings.
+// record is an item as its meta file holds it.
 type record struct {
+	Size int64
+	// Owners maps each uid that produced it to when it last did.
+	Owners map[uint32]time.Time
+}
+
+// recordJSON is a record in JSON: uids as strings.
+type recordJSON struct {
 	Size   int64                `json:"size"`
 	Owners map[string]time.Time `json:"owners"`
 }
 
-func (s *Store) readMeta(sum string, it *item) error {
+func (s *Store) readMeta(sum string, r *record) error {
 	b, err := os.ReadFile(s.meta(sum))
 	if err != nil {
 		return err
 	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
+	var j recordJSON
+	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	it.Size, it.Owners = r.Size, map[uint32]time.Time{}
-	for k, t := range r.Owners {
+	r.Size, r.Owners = j.Size, map[uint32]time.Time{}
+	for k, t := range j.Owners {
 		uid, err := strconv.ParseUint(k, 10, 32)
 		if err != nil {
 			return err
 		}
-		it.Owners[uint32(uid)] = t
+		r.Owners[uint32(uid)] = t
 	}
 	return nil
 }
 
-// writeMeta writes it's record: a temporary file renamed into place.
-func (s *Store) writeMeta(sum string, it *item) error {
-	r := record{Size: it.Size, Owners: map[string]time.Time{}}
-	for uid, t := range it.Owners {
-		r.Owners[strconv.FormatUint(uint64(uid), 10)] = t
+// writeMeta writes its record: a temporary file renamed into place.
+func (s *Store) writeMeta(it *item) error {
+	sum := it.sum
+	r := recordJSON{Size: it.size, Owners: map[string]time.Time{}}
+	for _, c := range it.claims {
+		r.Owners[strconv.FormatUint(uint64(c.uid), 10)] = c.at
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -317,8 +361,8 @@ func (w *Writer) Abort() {
 
 // Commit stores the content, or finds it stored already, records that
 // the owner produced it now, and returns its SHA-256 in hex. It makes
-// room under the quota, expired artifacts first, then the least recently
-// produced.
+// room under the quota, expired claims first, then the least recently
+// produced artifacts.
 func (w *Writer) Commit() (string, error) {
 	if w.ended {
 		return "", errors.New("artifact store: the artifact was committed or aborted already")
@@ -332,85 +376,177 @@ func (w *Writer) Commit() (string, error) {
 	}
 	s := w.s
 	now := s.cfg.Now()
+	var doomed []string
+	defer func() { s.remove(doomed) }() // after the lock is let go
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it, ok := s.items[sum]
-	if !ok {
+	for s.deleting[sum] > 0 {
+		// Evicted a moment ago: its files go before it comes again.
+		s.gone.Wait()
+	}
+	if _, ok := s.items[sum]; !ok {
 		need := w.n + Overhead
 		if need > s.cfg.MaxBytes {
 			return "", fmt.Errorf("%w (%d bytes)", ErrTooBig, s.cfg.MaxBytes)
 		}
-		s.expire(now)
-		s.fit(need)
+		doomed = s.fit(need, now, doomed)
 		if err := os.Rename(tmp, s.content(sum)); err != nil {
 			return "", fmt.Errorf("artifact store: %w", err)
 		}
-		it = &item{Size: w.n, Owners: map[uint32]time.Time{}}
-		s.items[sum] = it
-		s.bytes += need
 	}
-	it.Owners[w.owner] = now
-	if err := s.writeMeta(sum, it); err != nil {
+	it := s.claim(sum, w.n, w.owner, now)
+	if err := s.writeMeta(it); err != nil {
 		s.cfg.Log.Warn("artifact store: write a record", "sha256", sum, "err", err)
 	}
 	return sum, nil
 }
 
-// expire drops the claims older than the TTL at now, and the artifacts
-// left with none. Call with s.mu held.
-func (s *Store) expire(now time.Time) {
-	for sum, it := range s.items {
-		changed := false
-		for uid, at := range it.Owners {
-			if now.Sub(at) > s.cfg.TTL {
-				delete(it.Owners, uid)
-				changed = true
-			}
-		}
-		switch {
-		case len(it.Owners) == 0:
-			s.evict(sum, EvictExpired)
-		case changed:
-			_ = s.writeMeta(sum, it)
-		}
-	}
-}
-
-// fit evicts the least recently produced artifacts until need more bytes
-// fit under the quota. Call with s.mu held.
-func (s *Store) fit(need int64) {
-	if s.bytes+need <= s.cfg.MaxBytes {
-		return
-	}
-	sums := make([]string, 0, len(s.items))
-	for sum := range s.items {
-		sums = append(sums, sum)
-	}
-	sort.Slice(sums, func(i, j int) bool { return s.items[sums[i]].produced().Before(s.items[sums[j]].produced()) })
-	for _, sum := range sums {
-		if s.bytes+need <= s.cfg.MaxBytes {
-			return
-		}
-		s.evict(sum, EvictQuota)
-	}
-}
-
-// evict deletes one artifact. Call with s.mu held. A reader that has it
-// open reads on: its file is unlinked, not cut.
-func (s *Store) evict(sum, reason string) {
+// claim records that uid produced the content sum of size bytes at at,
+// adding the item if it is new. Call with s.mu held.
+func (s *Store) claim(sum string, size int64, uid uint32, at time.Time) *item {
 	it, ok := s.items[sum]
 	if !ok {
+		it = &item{sum: sum, size: size, produced: at}
+		s.items[sum] = it
+		s.lru.add(it)
+		s.bytes += size + Overhead
+	}
+	if c := it.claimOf(uid); c != nil {
+		c.at = at
+		s.ages.fix(c)
+	} else {
+		c = &claim{uid: uid, it: it, at: at}
+		it.claims = append(it.claims, c)
+		s.ages.add(c)
+	}
+	s.produced(it)
+	return it
+}
+
+// claimOf is uid's claim on it, or nil.
+func (it *item) claimOf(uid uint32) *claim {
+	for _, c := range it.claims {
+		if c.uid == uid {
+			return c
+		}
+	}
+	return nil
+}
+
+// produced updates when it was last produced, after its claims changed.
+// Call with s.mu held.
+func (s *Store) produced(it *item) {
+	var t time.Time
+	for _, c := range it.claims {
+		if c.at.After(t) {
+			t = c.at
+		}
+	}
+	it.produced = t
+	s.lru.fix(it)
+}
+
+// expired reports whether c's time is up at now.
+func (s *Store) expired(c *claim, now time.Time) bool { return now.Sub(c.at) > s.cfg.TTL }
+
+// expire drops the claims whose time is up at now, and the artifacts
+// left with none, sweepBatch at a time under the lock.
+func (s *Store) expire(now time.Time) {
+	for more := true; more; {
+		var doomed []string
+		s.mu.Lock()
+		for n := 0; ; n++ {
+			c, ok := s.ages.least()
+			if !ok || !s.expired(c, now) {
+				more = false
+				break
+			}
+			if n == sweepBatch {
+				break
+			}
+			s.examined++
+			doomed = s.drop(c, EvictExpired, doomed)
+		}
+		s.mu.Unlock()
+		s.remove(doomed)
+	}
+}
+
+// fit evicts until need more bytes fit under the quota at now: expired
+// claims first, then the least recently produced artifacts. It adds the
+// hashes whose files are to be removed to doomed. Call with s.mu held.
+func (s *Store) fit(need int64, now time.Time, doomed []string) []string {
+	for s.bytes+need > s.cfg.MaxBytes {
+		s.examined++
+		if c, ok := s.ages.least(); ok && s.expired(c, now) {
+			doomed = s.drop(c, EvictExpired, doomed)
+			continue
+		}
+		it, ok := s.lru.least()
+		if !ok {
+			break
+		}
+		doomed = s.evict(it, EvictQuota, doomed)
+	}
+	return doomed
+}
+
+// drop ends one claim, and its artifact when it was the last. Call with
+// s.mu held.
+func (s *Store) drop(c *claim, reason string, doomed []string) []string {
+	it := c.it
+	if len(it.claims) == 1 {
+		return s.evict(it, reason, doomed)
+	}
+	s.ages.remove(c)
+	it.claims = slices.DeleteFunc(it.claims, func(o *claim) bool { return o == c })
+	s.produced(it)
+	if err := s.writeMeta(it); err != nil {
+		s.cfg.Log.Warn("artifact store: write a record", "sha256", it.sum, "err", err)
+	}
+	return doomed
+}
+
+// evict takes one artifact out of the store and adds its hash to doomed,
+// whose files remove deletes once the lock is let go. Call with s.mu
+// held.
+func (s *Store) evict(it *item, reason string, doomed []string) []string {
+	delete(s.items, it.sum)
+	s.lru.remove(it)
+	for _, c := range it.claims {
+		s.ages.remove(c)
+	}
+	s.bytes -= it.size + Overhead
+	s.deleting[it.sum]++
+	s.cfg.OnEvict(reason)
+	return append(doomed, it.sum)
+}
+
+// remove deletes the files of the artifacts evict took out, without the
+// lock. A reader that has one open reads on: its file is unlinked, not
+// cut.
+func (s *Store) remove(doomed []string) {
+	if len(doomed) == 0 {
 		return
 	}
-	delete(s.items, sum)
-	s.bytes -= it.Size + Overhead
-	if err := os.Remove(s.meta(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.cfg.Log.Warn("artifact store: remove a record", "sha256", sum, "err", err)
+	for _, sum := range doomed {
+		// The record first: content without one is dropped at the next
+		// Open, should the daemon stop here.
+		if err := os.Remove(s.meta(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.cfg.Log.Warn("artifact store: remove a record", "sha256", sum, "err", err)
+		}
+		if err := os.Remove(s.content(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.cfg.Log.Warn("artifact store: remove an artifact", "sha256", sum, "err", err)
+		}
 	}
-	if err := os.Remove(s.content(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.cfg.Log.Warn("artifact store: remove an artifact", "sha256", sum, "err", err)
+	s.mu.Lock()
+	for _, sum := range doomed {
+		if s.deleting[sum]--; s.deleting[sum] == 0 {
+			delete(s.deleting, sum)
+		}
 	}
-	s.cfg.OnEvict(reason)
+	s.mu.Unlock()
+	s.gone.Broadcast()
 }
 
 // Open opens the artifact sum for uid, which must have produced it (root
@@ -428,8 +564,8 @@ func (s *Store) Open(uid uint32, sum string) (*os.File, int64, error) {
 		return nil, 0, ErrNotFound
 	}
 	if uid != 0 {
-		at, mine := it.Owners[uid]
-		if !mine || now.Sub(at) > s.cfg.TTL {
+		c := it.claimOf(uid)
+		if c == nil || s.expired(c, now) {
 			return nil, 0, ErrNotFound
 		}
 	}
@@ -437,7 +573,7 @@ func (s *Store) Open(uid uint32, sum string) (*os.File, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("artifact store: open %s: %w", sum, err)
 	}
-	return os.NewFile(uintptr(fd), sum), it.Size, nil
+	return os.NewFile(uintptr(fd), sum), it.size, nil
 }
 
 // Stats is what the store holds: bytes (content plus Overhead each) and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,7 +197,7 @@ func TestTTL(t *testing.T) {
 		t.Errorf("uid 2 after 30 minutes: %v", err)
 	}
 	c.add(31 * time.Minute)
-	put(t, s, 3, "other") // a commit expires what is due
+	s.expire(c.now()) // the sweep
 	if _, err := read(s, 0, sum); !errors.Is(err, ErrNotFound) || len(evicted) != 1 || evicted[0] != EvictExpired {
 		t.Errorf("after every claim expired: %v, evictions %v", err, evicted)
 	}
@@ -292,5 +293,159 @@ func TestConcurrent(t *testing.T) {
 	}
 	if b, err := io.ReadAll(f); err != nil || string(b) != content {
 		t.Errorf("the open reader got %d bytes, %v", len(b), err)
+	}
+}
+
+// fill adds n one-byte artifacts that owner produced, one a second from
+// at on, to the store's index alone (no files: what is measured is the
+// index's work), and returns their hashes, oldest first.
+func fill(s *Store, n int, owner uint32, at time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sums := make([]string, n)
+	for i := range sums {
+		sums[i] = fmt.Sprintf("%064x", i)
+		s.claim(sums[i], 1, owner, at.Add(time.Duration(i)*time.Second))
+	}
+	return sums
+}
+
+// work is how many items and claims f made the store look at.
+func work(s *Store, f func()) int64 {
+	s.mu.Lock()
+	before := s.examined
+	s.mu.Unlock()
+	f()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.examined - before
+}
+
+// has reports whether the store's index has sum.
+func has(s *Store, sum string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.items[sum] != nil
+}
+
+// TestCommitWorkIsLogarithmic: with the store full of 200,000 small
+// artifacts, a commit looks at O(log n) of them (a few hundred at most:
+// heaps, no scan, no sort), whether it evicts, finds the content stored,
+// or refreshes a claim; the sweep with nothing due looks at none.
+func TestCommitWorkIsLogarithmic(t *testing.T) {
+	const n = 200000
+	c := &clock{t: time.Unix(1e9, 0)}
+	var evicted []string
+	s := open(t, t.TempDir(), n*(1+Overhead), 1000*time.Hour, c, &evicted)
+	sums := fill(s, n, 1000, c.now())
+	c.add(n * time.Second)
+	bound := int64(16 * bits.Len(n)) // 16 log2 n: 288
+	check := func(what string, w int64) {
+		t.Helper()
+		if w > bound {
+			t.Errorf("%s looked at %d items and claims of %d (bound %d)", what, w, n, bound)
+		}
+	}
+	// One byte each, as those in the store: one eviction makes room.
+	check("a commit that evicts", work(s, func() { put(t, s, 1000, "a") }))
+	if has(s, sums[0]) || !has(s, sums[1]) || len(evicted) != 1 {
+		t.Errorf("not the least recently produced alone was evicted: %v", evicted)
+	}
+	c.add(time.Second)
+	check("a commit of stored content", work(s, func() { put(t, s, 1000, "a") }))
+	s.mu.Lock()
+	s.claim(sums[1], 1, 1001, c.now()) // produced again: now the newest
+	s.mu.Unlock()
+	check("a commit that evicts again", work(s, func() { put(t, s, 1000, "b") }))
+	if !has(s, sums[1]) || has(s, sums[2]) {
+		t.Errorf("an artifact produced again was evicted, or the least recently produced was not")
+	}
+	if w := work(s, func() { s.expire(c.now()) }); w > 1 {
+		t.Errorf("a sweep with nothing due looked at %d", w)
+	}
+	// Past the TTL of a few: what a commit evicts has expired, and only
+	// what it needs goes before the sweep.
+	c.add(1000*time.Hour - time.Duration(n-10)*time.Second)
+	check("a commit that expires", work(s, func() { put(t, s, 1000, "c") }))
+	if has(s, sums[3]) || !has(s, sums[4]) || evicted[len(evicted)-1] != EvictExpired {
+		t.Errorf("evictions %v", evicted[1:])
+	}
+}
+
+// BenchmarkCommitFull: commits of new content into a store full of
+// 200,000 small artifacts, each evicting one.
+func BenchmarkCommitFull(b *testing.B) {
+	const n = 200000
+	s, err := Open(Config{Dir: b.TempDir(), MaxBytes: n * (1 + Overhead), TTL: 1000 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	fill(s, n, 1000, time.Now().Add(-time.Hour))
+	b.ResetTimer()
+	for i := range b.N {
+		w, err := s.Create(1000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprint(w, i)
+		if _, err := w.Commit(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestChurn: commits of a few contents at once, in a quota that holds
+// two, evict and store the same content over and over; the files on
+// disk stay those of the index (an eviction's files, removed after the
+// lock is let go, never take a content stored again since).
+func TestChurn(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.Unix(1e9, 0)}
+	s := open(t, dir, 2*(Overhead+10), time.Hour, c, nil)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				w, err := s.Create(uint32(g))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				fmt.Fprintf(w, "content-%02d", (i+g)%3)
+				sum, err := w.Commit()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if g == 0 {
+					c.add(time.Millisecond)
+				}
+				if f, _, err := s.Open(uint32(g), sum); err == nil {
+					f.Close()
+				} else if !errors.Is(err, ErrNotFound) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range []string{"sha256", "meta"} {
+		ents, _ := os.ReadDir(filepath.Join(dir, sub))
+		if len(ents) != len(s.items) {
+			t.Errorf("%d files in %s for %d artifacts", len(ents), sub, len(s.items))
+		}
+	}
+	for sum, it := range s.items {
+		if st, err := os.Stat(filepath.Join(dir, "sha256", sum)); err != nil || st.Size() != it.size {
+			t.Errorf("%s: %v", sum[:8], err)
+		}
+	}
+	if len(s.deleting) != 0 {
+		t.Errorf("still deleting %v", s.deleting)
 	}
 }
