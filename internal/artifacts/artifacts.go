@@ -6,10 +6,20 @@
 // An artifact is readable only by a uid that produced it (root aside);
 // to any other uid it does not exist. Each uid's claim expires a time to
 // live after it last produced the artifact, and an artifact no uid claims
-// is deleted; past the store's quota the least recently produced ones go
-// first. Content is written to a temporary file and renamed into place, so
-// a reader never sees half of one, and a reader holds its file open, so
-// eviction never cuts a read short.
+// is deleted. Content is written to a temporary file and renamed into
+// place, so a reader never sees half of one, and a reader holds its file
+// open, so eviction never cuts a read short.
+//
+// The quota counts claims, not files: each uid is charged in full for
+// every artifact it holds, as if nobody else held it (the disk holds
+// each content once, so it never uses more than is counted). A commit
+// that needs room takes it from expired claims first, then from the
+// committing uid's own claims, least recently produced first, and only
+// when it has none left from the uid that holds the most bytes: a uid
+// that floods the store evicts itself, never a small user. Neither what
+// a commit costs nor what it evicts, nor the figures a uid is told
+// (Usage), depend on whether another uid holds the same content: no uid
+// learns from the store what another produced.
 //
 // The store holds up to hundreds of thousands of small artifacts, and
 // every commit and read takes its one lock: what a commit does under it
@@ -72,11 +82,13 @@ var ErrTooBig = errors.New("larger than the artifact store's quota")
 type Config struct {
 	// Dir is the store's directory (made 0700 if missing).
 	Dir string
-	// MaxBytes is the quota: content plus Overhead per artifact.
+	// MaxBytes is the quota: content plus Overhead per artifact, for
+	// each uid that holds it.
 	MaxBytes int64
 	// TTL is how long a uid keeps an artifact after it last produced it.
 	TTL time.Duration
-	// OnEvict, if set, is told of each artifact deleted, and why
+	// OnEvict, if set, is told of each claim dropped (a uid losing an
+	// artifact, whether or not another uid keeps it), and why
 	// (EvictExpired, EvictQuota).
 	OnEvict func(reason string)
 	Log     *slog.Logger
@@ -92,13 +104,16 @@ type Store struct {
 
 	mu    sync.Mutex
 	items map[string]*item
-	bytes int64 // content plus Overhead of every item
+	// bytes is what counts against the quota: content plus Overhead of
+	// every claim.
+	bytes int64
 	// ages holds every claim, the least recently produced first: the
 	// next to expire.
 	ages indexed[*claim]
-	// lru holds every item, the least recently produced first: the next
-	// to go past the quota.
-	lru indexed[*item]
+	// owners holds each uid's claims; big the owners, the one with the
+	// most bytes first.
+	owners map[uint32]*owner
+	big    indexed[*owner]
 	// deleting counts by hash the evicted artifacts whose files are
 	// being removed after the lock was let go: such content is not
 	// stored again until gone signals they are.
@@ -116,11 +131,10 @@ type item struct {
 	// claims holds each uid that produced it, and when it last did:
 	// mostly one.
 	claims []*claim
-	// produced is when any uid last produced it; lruPos its place in
-	// Store.lru.
-	produced time.Time
-	lruPos   int
 }
+
+// cost is what each claim on it counts against the quota.
+func (it *item) cost() int64 { return it.size + Overhead }
 
 // claim is one uid's hold on an item.
 type claim struct {
@@ -128,6 +142,17 @@ type claim struct {
 	it     *item
 	at     time.Time // when uid last produced it
 	agePos int       // in Store.ages
+	ownPos int       // in its owner's claims
+}
+
+// owner is one uid's claims.
+type owner struct {
+	uid uint32
+	// bytes is the cost of its claims.
+	bytes int64
+	// claims holds them, the least recently produced first.
+	claims indexed[*claim]
+	bigPos int // in Store.big
 }
 
 // Open opens the store at cfg.Dir, making it if needed: it removes what a
@@ -157,16 +182,16 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("artifact store: %w", err)
 		}
 	}
-	s := &Store{cfg: cfg, items: map[string]*item{}, deleting: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: cfg, items: map[string]*item{}, owners: map[uint32]*owner{}, deleting: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
 	s.gone = sync.NewCond(&s.mu)
 	s.ages = indexed[*claim]{
 		less: func(a, b *claim) bool { return a.at.Before(b.at) },
 		pos:  func(c *claim) *int { return &c.agePos },
 		cmps: &s.examined,
 	}
-	s.lru = indexed[*item]{
-		less: func(a, b *item) bool { return a.produced.Before(b.produced) },
-		pos:  func(it *item) *int { return &it.lruPos },
+	s.big = indexed[*owner]{
+		less: func(a, b *owner) bool { return a.bytes > b.bytes || a.bytes == b.bytes && a.uid < b.uid },
+		pos:  func(o *owner) *int { return &o.bigPos },
 		cmps: &s.examined,
 	}
 	if err := s.load(); err != nil {
@@ -174,7 +199,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.expire(cfg.Now())
 	s.mu.Lock()
-	doomed := s.fit(0, cfg.Now(), nil)
+	doomed := s.fit(nil, 0, cfg.Now(), nil) // under a lowered quota
 	s.mu.Unlock()
 	s.remove(doomed)
 	go s.sweep()
@@ -360,9 +385,8 @@ func (w *Writer) Abort() {
 }
 
 // Commit stores the content, or finds it stored already, records that
-// the owner produced it now, and returns its SHA-256 in hex. It makes
-// room under the quota, expired claims first, then the least recently
-// produced artifacts.
+// the owner produced it now, and returns its SHA-256 in hex. A new claim
+// needs room under the quota: see the package's doc for who makes it.
 func (w *Writer) Commit() (string, error) {
 	if w.ended {
 		return "", errors.New("artifact store: the artifact was committed or aborted already")
@@ -384,17 +408,26 @@ func (w *Writer) Commit() (string, error) {
 		// Evicted a moment ago: its files go before it comes again.
 		s.gone.Wait()
 	}
-	if _, ok := s.items[sum]; !ok {
+	it := s.items[sum]
+	if it == nil || it.claimOf(w.owner) == nil {
+		// A new claim, whether or not another uid has the content.
 		need := w.n + Overhead
 		if need > s.cfg.MaxBytes {
 			return "", fmt.Errorf("%w (%d bytes)", ErrTooBig, s.cfg.MaxBytes)
 		}
-		doomed = s.fit(need, now, doomed)
-		if err := os.Rename(tmp, s.content(sum)); err != nil {
-			return "", fmt.Errorf("artifact store: %w", err)
+		doomed = s.fit(s.owners[w.owner], need, now, doomed)
+		if i := slices.Index(doomed, sum); i >= 0 {
+			// Room was made with another uid's claim on this very
+			// content: its file stays, for this one.
+			doomed = slices.Delete(doomed, i, i+1)
+			s.undelete(sum)
+		} else if s.items[sum] == nil {
+			if err := os.Rename(tmp, s.content(sum)); err != nil {
+				return "", fmt.Errorf("artifact store: %w", err)
+			}
 		}
 	}
-	it := s.claim(sum, w.n, w.owner, now)
+	it = s.claim(sum, w.n, w.owner, now)
 	if err := s.writeMeta(it); err != nil {
 		s.cfg.Log.Warn("artifact store: write a record", "sha256", sum, "err", err)
 	}
@@ -402,24 +435,37 @@ func (w *Writer) Commit() (string, error) {
 }
 
 // claim records that uid produced the content sum of size bytes at at,
-// adding the item if it is new. Call with s.mu held.
+// adding the item if it is new, and charges uid for it unless it held it
+// already. Call with s.mu held.
 func (s *Store) claim(sum string, size int64, uid uint32, at time.Time) *item {
 	it, ok := s.items[sum]
 	if !ok {
-		it = &item{sum: sum, size: size, produced: at}
+		it = &item{sum: sum, size: size}
 		s.items[sum] = it
-		s.lru.add(it)
-		s.bytes += size + Overhead
 	}
+	o := s.owners[uid]
 	if c := it.claimOf(uid); c != nil {
 		c.at = at
 		s.ages.fix(c)
-	} else {
-		c = &claim{uid: uid, it: it, at: at}
-		it.claims = append(it.claims, c)
-		s.ages.add(c)
+		o.claims.fix(c)
+		return it
 	}
-	s.produced(it)
+	if o == nil {
+		o = &owner{uid: uid, claims: indexed[*claim]{
+			less: func(a, b *claim) bool { return a.at.Before(b.at) },
+			pos:  func(c *claim) *int { return &c.ownPos },
+			cmps: &s.examined,
+		}}
+		s.owners[uid] = o
+		s.big.add(o)
+	}
+	c := &claim{uid: uid, it: it, at: at}
+	it.claims = append(it.claims, c)
+	s.ages.add(c)
+	o.claims.add(c)
+	o.bytes += it.cost()
+	s.big.fix(o)
+	s.bytes += it.cost()
 	return it
 }
 
@@ -431,19 +477,6 @@ func (it *item) claimOf(uid uint32) *claim {
 		}
 	}
 	return nil
-}
-
-// produced updates when it was last produced, after its claims changed.
-// Call with s.mu held.
-func (s *Store) produced(it *item) {
-	var t time.Time
-	for _, c := range it.claims {
-		if c.at.After(t) {
-			t = c.at
-		}
-	}
-	it.produced = t
-	s.lru.fix(it)
 }
 
 // expired reports whether c's time is up at now.
@@ -472,57 +505,68 @@ func (s *Store) expire(now time.Time) {
 	}
 }
 
-// fit evicts until need more bytes fit under the quota at now: expired
-// claims first, then the least recently produced artifacts. It adds the
-// hashes whose files are to be removed to doomed. Call with s.mu held.
-func (s *Store) fit(need int64, now time.Time, doomed []string) []string {
+// fit drops claims until need more bytes fit under the quota at now:
+// expired claims first, then those of committer (nil: none), least
+// recently produced first, then, when it has none left, those of the uid
+// that holds the most bytes. It adds the hashes whose files are to be
+// removed to doomed. Call with s.mu held.
+func (s *Store) fit(committer *owner, need int64, now time.Time, doomed []string) []string {
 	for s.bytes+need > s.cfg.MaxBytes {
 		s.examined++
 		if c, ok := s.ages.least(); ok && s.expired(c, now) {
 			doomed = s.drop(c, EvictExpired, doomed)
 			continue
 		}
-		it, ok := s.lru.least()
-		if !ok {
-			break
+		o := committer
+		if o == nil || o.claims.Len() == 0 {
+			if o, _ = s.big.least(); o == nil {
+				break
+			}
 		}
-		doomed = s.evict(it, EvictQuota, doomed)
+		c, _ := o.claims.least()
+		doomed = s.drop(c, EvictQuota, doomed)
 	}
 	return doomed
 }
 
-// drop ends one claim, and its artifact when it was the last. Call with
-// s.mu held.
+// drop ends one claim, and its artifact when it was the last: it adds
+// the hash to doomed, whose files remove deletes once the lock is let
+// go. Call with s.mu held.
 func (s *Store) drop(c *claim, reason string, doomed []string) []string {
 	it := c.it
-	if len(it.claims) == 1 {
-		return s.evict(it, reason, doomed)
-	}
 	s.ages.remove(c)
-	it.claims = slices.DeleteFunc(it.claims, func(o *claim) bool { return o == c })
-	s.produced(it)
-	if err := s.writeMeta(it); err != nil {
-		s.cfg.Log.Warn("artifact store: write a record", "sha256", it.sum, "err", err)
+	o := s.owners[c.uid]
+	o.claims.remove(c)
+	o.bytes -= it.cost()
+	if o.claims.Len() == 0 {
+		s.big.remove(o)
+		delete(s.owners, o.uid)
+	} else {
+		s.big.fix(o)
 	}
-	return doomed
-}
-
-// evict takes one artifact out of the store and adds its hash to doomed,
-// whose files remove deletes once the lock is let go. Call with s.mu
-// held.
-func (s *Store) evict(it *item, reason string, doomed []string) []string {
-	delete(s.items, it.sum)
-	s.lru.remove(it)
-	for _, c := range it.claims {
-		s.ages.remove(c)
-	}
-	s.bytes -= it.size + Overhead
-	s.deleting[it.sum]++
+	s.bytes -= it.cost()
+	it.claims = slices.DeleteFunc(it.claims, func(x *claim) bool { return x == c })
 	s.cfg.OnEvict(reason)
+	if len(it.claims) > 0 {
+		if err := s.writeMeta(it); err != nil {
+			s.cfg.Log.Warn("artifact store: write a record", "sha256", it.sum, "err", err)
+		}
+		return doomed
+	}
+	delete(s.items, it.sum)
+	s.deleting[it.sum]++
 	return append(doomed, it.sum)
 }
 
-// remove deletes the files of the artifacts evict took out, without the
+// undelete takes back the removal of sum's files that drop asked for.
+// Call with s.mu held.
+func (s *Store) undelete(sum string) {
+	if s.deleting[sum]--; s.deleting[sum] == 0 {
+		delete(s.deleting, sum)
+	}
+}
+
+// remove deletes the files of the artifacts drop took out, without the
 // lock. A reader that has one open reads on: its file is unlinked, not
 // cut.
 func (s *Store) remove(doomed []string) {
@@ -541,9 +585,7 @@ func (s *Store) remove(doomed []string) {
 	}
 	s.mu.Lock()
 	for _, sum := range doomed {
-		if s.deleting[sum]--; s.deleting[sum] == 0 {
-			delete(s.deleting, sum)
-		}
+		s.undelete(sum)
 	}
 	s.mu.Unlock()
 	s.gone.Broadcast()
@@ -576,12 +618,26 @@ func (s *Store) Open(uid uint32, sum string) (*os.File, int64, error) {
 	return os.NewFile(uintptr(fd), sum), it.size, nil
 }
 
-// Stats is what the store holds: bytes (content plus Overhead each) and
-// artifacts.
+// Stats is what counts against the quota: bytes (content plus Overhead
+// of every claim) and claims, all uids' together. Content that several
+// uids hold counts for each (it is stored once): the figures move with
+// each commit exactly as they would if nobody else held it.
 func (s *Store) Stats() (bytes int64, files int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.bytes, len(s.items)
+	return s.bytes, s.ages.Len()
+}
+
+// Usage is what uid's artifacts count against the quota: bytes (content
+// plus Overhead each) and artifacts, as if nobody else held them.
+func (s *Store) Usage(uid uint32) (bytes int64, files int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owners[uid]
+	if o == nil {
+		return 0, 0
+	}
+	return o.bytes, o.claims.Len()
 }
 
 // MaxBytes is the quota; TTL how long a claim lasts.

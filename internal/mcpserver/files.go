@@ -105,8 +105,8 @@ func fileCapsSchema() map[string]any {
 			"inline_total_bytes": typed("integer", "most text of a run's files returned with them"),
 			"store_bytes":        typed("integer", "the artifact store's quota"),
 			"store_ttl_seconds":  typed("integer", "how long a produced file stays readable"),
-			"store_used_bytes":   typed("integer", "what the store holds now"),
-			"store_files":        typed("integer", "files the store holds now"),
+			"store_used_bytes":   typed("integer", "what this user's files in the store count against its quota now"),
+			"store_files":        typed("integer", "this user's files in the store now"),
 		},
 	}
 }

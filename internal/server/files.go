@@ -29,6 +29,26 @@ type ArtifactStore interface {
 	OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error)
 }
 
+// ArtifactUsage is an ArtifactStore that tells what a uid's artifacts
+// count against the store's quota (bytes, artifacts). Info then shows
+// a caller other than root its own figures, not everyone's: no uid
+// learns from them what the others keep.
+type ArtifactUsage interface {
+	ArtifactUsage(uid uint32) (bytes int64, files int)
+}
+
+// callerFiles puts the caller's own figures of the artifact store into
+// info, for any caller but root.
+func (s *Server) callerFiles(info *api.Info, peer peercred.Peer) {
+	au, ok := s.exec.(ArtifactUsage)
+	if !ok || info.Files == nil || peer.UID == 0 {
+		return
+	}
+	f := *info.Files
+	f.StoreUsedBytes, f.StoreFiles = au.ArtifactUsage(peer.UID)
+	info.Files = &f
+}
+
 // SessionFileManager is a SessionManager whose sessions' /work can be
 // read and written one file at a time. Paths are checked by the server
 // (api.CheckFilePath).

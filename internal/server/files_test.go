@@ -328,3 +328,43 @@ func TestFileAnswersEndInTime(t *testing.T) {
 		t.Errorf("a run after a file's answer: %s %q %v (connection reused: %v)", resp.Status, b, err, reused)
 	}
 }
+
+// usageExec tells each uid's artifact figures.
+type usageExec struct{ fakeExecutor }
+
+func (*usageExec) Info() api.Info {
+	return api.Info{Version: "test", Files: &api.FileCaps{StoreBytes: 1 << 30, StoreUsedBytes: 5000, StoreFiles: 5}}
+}
+
+func (*usageExec) ArtifactUsage(uid uint32) (int64, int) { return int64(uid), 1 }
+
+// TestInfoShowsTheCallersArtifacts: a caller other than root is told
+// what its own artifacts count against the store's quota, not everyone's;
+// root is told the totals.
+func TestInfoShowsTheCallersArtifacts(t *testing.T) {
+	s := New(Config{}, &usageExec{})
+	info := s.exec.Info()
+	s.callerFiles(&info, peercred.Peer{UID: 1000})
+	if f := info.Files; f.StoreUsedBytes != 1000 || f.StoreFiles != 1 || f.StoreBytes != 1<<30 {
+		t.Errorf("uid 1000: %+v", f)
+	}
+	info = s.exec.Info()
+	s.callerFiles(&info, peercred.Peer{UID: 0})
+	if f := info.Files; f.StoreUsedBytes != 5000 || f.StoreFiles != 5 {
+		t.Errorf("root: %+v", f)
+	}
+	// And over the socket, as whoever runs the test.
+	c, stop := serve(t, &usageExec{}, Config{})
+	defer stop()
+	got, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(5000)
+	if me := os.Getuid(); me != 0 {
+		want = int64(me)
+	}
+	if got.Files.StoreUsedBytes != want {
+		t.Errorf("info over the socket: %+v, want %d bytes", got.Files, want)
+	}
+}

@@ -232,6 +232,8 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	info.QueueSize = s.cfg.QueueSize
 	info.Running, info.Queued = s.admit.load()
 	info.Tools = &api.ToolCaps{Defaults: s.cfg.Tools.Defaults, Maxima: s.cfg.Tools.Maxima}
+	peer, _ := PeerFrom(r.Context())
+	s.callerFiles(&info, peer)
 	writeJSON(w, http.StatusOK, info)
 }
 
