@@ -117,15 +117,21 @@ func (j *Jail) sendFiles(ctx context.Context, files []InputFile, deadline time.T
 	sent := make(chan error, 1)
 	go func() {
 		sent <- func() error {
+			// One frame at a time: encoded (base64 in JSON), they are a
+			// third larger than the files.
 			for _, f := range files {
-				frames, err := runner.EncodeFile(f.Path, f.Data)
-				if err != nil {
-					return err
-				}
-				for _, fr := range frames {
+				for off := 0; ; {
+					fr, next, err := runner.EncodeFileFrame(f.Path, f.Data, off)
+					if err != nil {
+						return err
+					}
 					if _, err := j.rch.Write(fr); err != nil {
 						return err
 					}
+					if next == len(f.Data) {
+						break
+					}
+					off = next
 				}
 			}
 			return nil

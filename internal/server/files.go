@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -56,8 +58,56 @@ type SessionFileManager interface {
 	// ReadSessionFile copies the file at path to the writer begin
 	// returns, once its size is known.
 	ReadSessionFile(ctx context.Context, owner peercred.Peer, id, path string, begin func(size int64) (io.Writer, error)) error
+	// CanPutSessionFile says, before the body of a PUT is read, what
+	// PutSessionFile would refuse now for a file of size bytes (-1: not
+	// known): an unknown or another uid's session, a lost or busy one,
+	// one whose /work cannot hold it.
+	CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error
 	// PutSessionFile writes data at path, between the session's runs.
 	PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error
+}
+
+// The bodies of PUTs being read and written hold at most putBufferShare
+// times the cap on a request's files for one uid, and putBufferTotal
+// times for all: past that a PUT is refused as busy before its body is
+// read.
+const (
+	putBufferShare = 2
+	putBufferTotal = 4
+)
+
+// byteBudget counts the bytes PUT bodies hold, in all and by uid. The
+// zero value is ready.
+type byteBudget struct {
+	mu    sync.Mutex
+	total int64
+	byUID map[uint32]int64
+}
+
+// take reserves n bytes for uid within share and total; false when they
+// would go past.
+func (b *byteBudget) take(uid uint32, n, share, total int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.total+n > total || b.byUID[uid]+n > share {
+		return false
+	}
+	if b.byUID == nil {
+		b.byUID = map[uint32]int64{}
+	}
+	b.total += n
+	b.byUID[uid] += n
+	return true
+}
+
+// give returns what take reserved.
+func (b *byteBudget) give(uid uint32, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total -= n
+	if b.byUID[uid] -= n; b.byUID[uid] == 0 {
+		delete(b.byUID, uid)
+	}
 }
 
 // requestBytes is the largest body of a request that may carry files.
@@ -260,7 +310,12 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	writeError(w, e)
 }
 
-// putSessionFile writes the body as a file of a session's /work.
+// putSessionFile writes the body as a file of a session's /work. The
+// session is looked up before the body is read: a PUT it would refuse
+// costs nothing. The body is read into one buffer of its size, within
+// the bytes PUTs may hold at once (byteBudget) and within fileAnswer's
+// time, then handed down as it is: the session's runner takes it a frame
+// at a time.
 func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
@@ -289,14 +344,27 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 		refuse(api.Errorf(api.ErrOverLimit, "", "this daemon takes no files"))
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			refuse(api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit))
-			return
-		}
-		refuse(api.Errorf(api.ErrBadRequest, "", "read the file: %v", err))
+	size := r.ContentLength // -1: not said (chunked)
+	if size > limit {
+		refuse(api.Errorf(api.ErrTooLarge, "", "the file is %d bytes, larger than %d bytes, the most a request may carry", size, limit))
+		return
+	}
+	if err := fm.CanPutSessionFile(r.Context(), peer, id, size); err != nil {
+		refuse(s.callerError(err, newRef("e"), peer))
+		return
+	}
+	hold := size
+	if hold < 0 {
+		hold = limit
+	}
+	if !s.puts.take(peer.UID, hold, putBufferShare*limit, putBufferTotal*limit) {
+		refuse(api.Errorf(api.ErrBusy, "", "other files being put into sessions hold all the memory cellblockd gives them; try again"))
+		return
+	}
+	defer s.puts.give(peer.UID, hold)
+	data, aerr := readBody(w, r, size, limit)
+	if aerr != nil {
+		refuse(aerr)
 		return
 	}
 	sum := sha256.Sum256(data)
@@ -306,7 +374,7 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 		return
 	}
 	defer end()
-	err = fm.PutSessionFile(ctx, peer, id, p, data)
+	err := fm.PutSessionFile(ctx, peer, id, p, data)
 	if err != nil {
 		op.Error = s.callerError(err, newRef("e"), peer)
 		s.observeFile(op)
@@ -315,4 +383,39 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	}
 	s.observeFile(op)
 	writeJSON(w, http.StatusOK, &api.SessionFileWritten{Session: id, Path: p, Size: op.Size, SHA256: op.SHA256})
+}
+
+// readBody reads r's body, of size bytes (-1: not said, then at most
+// limit), into one buffer, within the time fileAnswer gives an answer of
+// that size: a client that sends slowly holds its share of byteBudget no
+// longer.
+func readBody(w http.ResponseWriter, r *http.Request, size, limit int64) ([]byte, *api.Error) {
+	rc := http.NewResponseController(w)
+	n := size
+	if n < 0 {
+		n = limit
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(fileAnswerBase + time.Duration(float64(n)/float64(fileAnswerRate)*float64(time.Second))))
+	// Lifted before the file is written: the connection's read deadline
+	// also ends the request's context once its body is read.
+	defer rc.SetReadDeadline(time.Time{})
+	body := http.MaxBytesReader(w, r.Body, limit)
+	var data []byte
+	var err error
+	if size >= 0 {
+		data = make([]byte, size)
+		_, err = io.ReadFull(body, data)
+	} else {
+		data, err = io.ReadAll(body)
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return data, nil
+	case errors.As(err, &mbe):
+		return nil, api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, api.Errorf(api.ErrBadRequest, "", "the file did not arrive in time (%v, and a second per MiB)", fileAnswerBase)
+	}
+	return nil, api.Errorf(api.ErrBadRequest, "", "read the file: %v", err)
 }

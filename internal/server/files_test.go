@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -24,10 +26,18 @@ type fileExec struct {
 	fakeExecutor
 	read func(p string, begin func(int64) (io.Writer, error)) error
 	put  func(p string, data []byte) error
+	can  func(id string, size int64) error
 }
 
 func (f *fileExec) ReadSessionFile(ctx context.Context, owner peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
 	return f.read(p, begin)
+}
+
+func (f *fileExec) CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error {
+	if f.can != nil {
+		return f.can(id, size)
+	}
+	return nil
 }
 
 func (f *fileExec) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
@@ -252,6 +262,10 @@ func (a *answerFiles) ReadSessionFile(ctx context.Context, owner peercred.Peer, 
 	return err
 }
 
+func (a *answerFiles) CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error {
+	return nil
+}
+
 func (a *answerFiles) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
 	return nil
 }
@@ -366,5 +380,82 @@ func TestInfoShowsTheCallersArtifacts(t *testing.T) {
 	}
 	if got.Files.StoreUsedBytes != want {
 		t.Errorf("info over the socket: %+v, want %d bytes", got.Files, want)
+	}
+}
+
+// putHeaders starts a PUT of a session file of size bytes on a new
+// connection and sends sent bytes of its body, no more.
+func putHeaders(t *testing.T, c interface{ Socket() string }, id string, size, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("unix", c.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "PUT %s/%s/files/data.csv HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", api.PathSessions, id, size, strings.Repeat("x", sent))
+	return conn
+}
+
+// answer reads the status of the answer on conn, or "" when none came
+// while the body was still owed.
+func answer(t *testing.T, conn net.Conn) string {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status + " " + string(b)
+}
+
+// TestPutRefusedBeforeItsBody: a PUT that the session would refuse
+// (unknown, another uid's, busy, lost, too big for it) or that is over
+// the cap is answered at once, its body unread; and the bodies being
+// read hold at most twice the cap for one uid: past that a PUT is busy
+// at once.
+func TestPutRefusedBeforeItsBody(t *testing.T) {
+	exec := &fileExec{
+		can: func(id string, size int64) error {
+			if id == "busy" {
+				return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress")
+			}
+			return nil
+		},
+		put: func(string, []byte) error { return nil },
+	}
+	c, stop := serve(t, exec, Config{Files: fileCaps})
+	defer stop()
+	if got := answer(t, putHeaders(t, c, "busy", 1<<20, 10)); !strings.Contains(got, "409") || !strings.Contains(got, "session_busy") {
+		t.Errorf("a busy session: %q", got)
+	}
+	if got := answer(t, putHeaders(t, c, "s1", int(fileCaps.InBytes)+1, 10)); !strings.Contains(got, "413") {
+		t.Errorf("over the cap: %q", got)
+	}
+	// Two whole-cap bodies being sent hold this uid's share.
+	var pending []net.Conn
+	defer func() {
+		for _, conn := range pending {
+			conn.Close() // before the server stops
+		}
+	}()
+	for range 2 {
+		pending = append(pending, putHeaders(t, c, "s1", int(fileCaps.InBytes), 10))
+	}
+	// Let the server take them in (it answers nothing until their bodies
+	// come): a small PUT once both are counted is refused.
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		conn := putHeaders(t, c, "s1", 3, 3)
+		got = answer(t, conn)
+		conn.Close()
+		if !strings.Contains(got, "200") {
+			break
+		}
+	}
+	if !strings.Contains(got, "429") || !strings.Contains(got, "busy") {
+		t.Errorf("past the uid's share: %q", got)
 	}
 }

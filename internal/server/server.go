@@ -78,6 +78,8 @@ type Server struct {
 	mu       sync.Mutex
 	drained  bool
 	inflight sync.WaitGroup
+	// puts counts the bytes the bodies of session file PUTs hold.
+	puts byteBudget
 }
 
 // New returns a server for exec.
