@@ -786,3 +786,35 @@ func TestFilesWithoutPtrace(t *testing.T) {
 		t.Errorf("without CAP_SYS_PTRACE: stdout %q files %+v skipped %+v", res.Stdout, res.Files, res.FilesSkipped)
 	}
 }
+
+// TestSessionFilesSlowRunner: a session whose code replaced its runner's
+// file handler, to answer at once and then take one frame every 25 s,
+// holds a PUT no longer than the send's one deadline (30 s for 8 MiB),
+// not 25 s a frame; the session is then killed, and the PUT says it was
+// lost.
+func TestSessionFilesSlowRunner(t *testing.T) {
+	d := daemon(t)
+	s := newSession(t, d, &api.SessionRequest{})
+	const size = 8 << 20
+	r := inSession(t, d, s.ID, fmt.Sprintf(`import time
+from cellblock import _files
+def slow(ch, msg, root=_files.WORK):
+    if msg.get("offset") == 0:
+        ch.send({"type": "file_written", "path": msg["path"], "bytes": %d})
+    time.sleep(25)
+_files.on_frame = slow`, size))
+	if r.ExitCode != 0 {
+		t.Fatalf("%s", r.Stderr)
+	}
+	// Far past the deadline with a frame every 25 s: 8 frames, 200 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	_, err := d.Client.PutSessionFile(ctx, s.ID, "big.bin", bytes.NewReader(make([]byte, size)), size)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrSessionLost {
+		t.Fatalf("the PUT: %v", err)
+	}
+	if sess, err := d.Client.Session(context.Background(), s.ID); err != nil || sess.State != api.SessionLost {
+		t.Errorf("the session after: %+v %v", sess, err)
+	}
+}

@@ -85,6 +85,13 @@ func (m *Manager) writeFiles(ctx context.Context, e *entry, fi FileInterp, in []
 	if errors.Is(err, nsjail.ErrSessionLost) {
 		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: its variables are gone; delete it and create another", e.id)
 	}
+	var fe *nsjail.FileError
+	if errors.As(err, &fe) && !fe.OOM && fe.Errno == "" && e.opened.Interp.Lost() {
+		// Killed because its runner did not take the files in time (its
+		// code kept it from them), or the caller went away: the
+		// session's doing or the caller's, not the daemon's failure.
+		return api.Errorf(api.ErrSessionLost, "session", "session %q was lost while its files were written (%s): its variables are gone; delete it and create another", e.id, fe.Message)
+	}
 	if err != nil {
 		return m.cfg.Files.InputError(err, field)
 	}

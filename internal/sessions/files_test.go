@@ -236,6 +236,26 @@ func TestPutSessionFile(t *testing.T) {
 	h.wantEvents(map[string]int{"created": 1, "lost": 1})
 }
 
+// TestPutSessionFileKilled: a session killed because its runner did not
+// take a file in time is lost, and the PUT says so (session_lost), as
+// the caller's or the session's doing, not the daemon's failure.
+func TestPutSessionFileKilled(t *testing.T) {
+	h, _, _, interp := newFilesHarness(t)
+	s, err := h.m.CreateSession(context.Background(), alice, &api.SessionRequest{}, api.Limits{TmpBytes: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := interp(s.ID)
+	f.set(func(*fakeInterp) {})
+	f.putErr, f.lose = &nsjail.FileError{Path: "x", Message: "the files could not be sent: the jail's runner did not take them in time"}, true
+	err = h.m.PutSessionFile(context.Background(), alice, s.ID, "x", []byte("x"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrSessionLost || !strings.Contains(ae.Message, "did not take them in time") {
+		t.Errorf("a session killed while a file was written: %v", err)
+	}
+	h.wantEvents(map[string]int{"created": 1, "lost": 1})
+}
+
 // TestReadSessionFile: the owner (and root) reads, anyone else is told
 // the session does not exist; a lost session's files can still be read.
 func TestReadSessionFile(t *testing.T) {
