@@ -121,17 +121,17 @@ func (j *Jail) sendFiles(ctx context.Context, files []InputFile, deadline time.T
 			// third larger than the files.
 			for _, f := range files {
 				for off := 0; ; {
-					fr, next, err := runner.EncodeFileFrame(f.Path, f.Data, off)
+					fr, rest, err := runner.EncodeFileFrame(f.Path, f.Data, off)
 					if err != nil {
 						return err
 					}
 					if _, err := j.rch.Write(fr); err != nil {
 						return err
 					}
-					if next == len(f.Data) {
+					if rest == len(f.Data) {
 						break
 					}
-					off = next
+					off = rest
 				}
 			}
 			return nil
