@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,8 +138,15 @@ func TestSessionFileRoutes(t *testing.T) {
 		},
 		put: func(p string, data []byte) error { puts = append(puts, p+"="+string(data)); return nil },
 	}
+	// The observer runs in the handler, which a cut answer's client
+	// does not wait for.
+	var opsMu sync.Mutex
 	var ops []record.FileOp
-	c, stop := serve(t, exec, Config{Files: fileCaps, FileObserver: func(op record.FileOp) { ops = append(ops, op) }})
+	c, stop := serve(t, exec, Config{Files: fileCaps, FileObserver: func(op record.FileOp) {
+		opsMu.Lock()
+		ops = append(ops, op)
+		opsMu.Unlock()
+	}})
 	defer stop()
 	ctx := context.Background()
 	w, err := c.PutSessionFile(ctx, "s1", "data/in.csv", strings.NewReader("a,b"), 3)
@@ -186,6 +194,8 @@ func TestSessionFileRoutes(t *testing.T) {
 	if err == nil {
 		t.Errorf("a file that changed while it was read came whole: %q", b)
 	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
 	if len(ops) < 3 || ops[0].Op != record.FilePut || ops[0].SHA256 == "" {
 		t.Errorf("observed %+v", ops)
 	}
