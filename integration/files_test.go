@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/artifacts"
 )
 
 // Files in and out of runs, against the real daemon: a CSV goes in, a PNG
@@ -526,6 +527,17 @@ func asUID(t *testing.T, d *Daemon, method, path, body string) (int, []byte) {
 	return code, out[:i]
 }
 
+// filesInfoAs is GET /v1/info's files as uid 65533 sees them.
+func filesInfoAs(t *testing.T, d *Daemon) api.FileCaps {
+	t.Helper()
+	code, body := asUID(t, d, "GET", api.PathInfo, "")
+	var info api.Info
+	if err := json.Unmarshal(body, &info); err != nil || code != 200 || info.Files == nil {
+		t.Fatalf("info as uid 65533: %d %s", code, body)
+	}
+	return *info.Files
+}
+
 // socketOpen lets other uids reach the shared daemon's socket for the test.
 var socketOpen sync.Mutex
 
@@ -568,6 +580,24 @@ func TestFilesOfAnotherUID(t *testing.T) {
 	}
 	if b := artifact(t, d, theirs.Files[0]); string(b) != "theirs" {
 		t.Errorf("root reading uid 65533's: %q", b)
+	}
+	// The store's figures: uid 65533 is told its own, and producing the
+	// content root holds costs it what any new content would, so that
+	// nothing tells it that root had it.
+	rootContent := artifact(t, d, res.Files[0])
+	before := filesInfoAs(t, d)
+	req, _ := json.Marshal(&api.RunRequest{Code: fmt.Sprintf("import os\nos.makedirs('out')\nopen('out/copy.txt','w').write(%q)", rootContent)})
+	code, body = asUID(t, d, "POST", api.PathRuns, string(req))
+	if err := json.Unmarshal(body, &theirs); err != nil || code != 200 || len(theirs.Files) != 1 || theirs.Files[0].SHA256 != mine {
+		t.Fatalf("uid 65533's run producing root's content: %d %s", code, body)
+	}
+	after := filesInfoAs(t, d)
+	if after.StoreFiles != before.StoreFiles+1 || after.StoreUsedBytes != before.StoreUsedBytes+int64(len(rootContent))+artifacts.Overhead {
+		t.Errorf("uid 65533's store figures went from %d files, %d bytes to %d, %d for content of %d bytes",
+			before.StoreFiles, before.StoreUsedBytes, after.StoreFiles, after.StoreUsedBytes, len(rootContent))
+	}
+	if info, err := d.Client.Info(context.Background()); err != nil || info.Files.StoreFiles < after.StoreFiles+1 {
+		t.Errorf("root's figures are not everyone's: %+v %v", info.Files, err)
 	}
 	// Sessions: another uid's files are not there.
 	s := newSession(t, d, &api.SessionRequest{Files: []api.FileInput{{Path: "secret.txt", Content: "root's"}}})
@@ -754,5 +784,37 @@ func TestFilesWithoutPtrace(t *testing.T) {
 	res := runOK(t, d, &api.RunRequest{Code: "import os\nos.makedirs('out')\nopen('out/x.txt', 'w').write('x')\nprint('ran')"})
 	if res.Stdout != "ran\n" || len(res.Files) != 0 || len(res.FilesSkipped) != 1 || !strings.Contains(res.FilesSkipped[0].Reason, "could not open this run's /work") {
 		t.Errorf("without CAP_SYS_PTRACE: stdout %q files %+v skipped %+v", res.Stdout, res.Files, res.FilesSkipped)
+	}
+}
+
+// TestSessionFilesSlowRunner: a session whose code replaced its runner's
+// file handler, to answer at once and then take one frame every 25 s,
+// holds a PUT no longer than the send's one deadline (30 s for 8 MiB),
+// not 25 s a frame; the session is then killed, and the PUT says it was
+// lost.
+func TestSessionFilesSlowRunner(t *testing.T) {
+	d := daemon(t)
+	s := newSession(t, d, &api.SessionRequest{})
+	const size = 8 << 20
+	r := inSession(t, d, s.ID, fmt.Sprintf(`import time
+from cellblock import _files
+def slow(ch, msg, root=_files.WORK):
+    if msg.get("offset") == 0:
+        ch.send({"type": "file_written", "path": msg["path"], "bytes": %d})
+    time.sleep(25)
+_files.on_frame = slow`, size))
+	if r.ExitCode != 0 {
+		t.Fatalf("%s", r.Stderr)
+	}
+	// Far past the deadline with a frame every 25 s: 8 frames, 200 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	_, err := d.Client.PutSessionFile(ctx, s.ID, "big.bin", bytes.NewReader(make([]byte, size)), size)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrSessionLost {
+		t.Fatalf("the PUT: %v", err)
+	}
+	if sess, err := d.Client.Session(context.Background(), s.ID); err != nil || sess.State != api.SessionLost {
+		t.Errorf("the session after: %+v %v", sess, err)
 	}
 }

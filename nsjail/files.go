@@ -134,26 +134,43 @@ func (j *Jail) takeWork() *workdir.Dir {
 // sendFiles sends files to the jail's runner and waits for its answer on
 // each, which next returns (one frame at a time; frames of other types
 // are passed over). The frames are written while the answers are read,
-// so neither side waits for the other with a full socket.
-func (j *Jail) sendFiles(files []InputFile, next func() ([]byte, error)) error {
+// so neither side waits for the other with a full socket. All of it has
+// one deadline, by which every frame must be written (next bounds the
+// answers by it too): a runner that reads slowly (a session's code can
+// replace its handler) cannot hold the caller longer, frame by frame,
+// and neither can it past ctx. Giving up, sendFiles cuts the write short
+// and returns a FileError without Errno: the channel is out of step, and
+// a session must be killed.
+func (j *Jail) sendFiles(ctx context.Context, files []InputFile, deadline time.Time, next func() ([]byte, error)) error {
+	_ = j.rch.SetWriteDeadline(deadline)
 	sent := make(chan error, 1)
 	go func() {
 		sent <- func() error {
+			// One frame at a time: encoded (base64 in JSON), they are a
+			// third larger than the files.
 			for _, f := range files {
-				frames, err := runner.EncodeFile(f.Path, f.Data)
-				if err != nil {
-					return err
-				}
-				for _, fr := range frames {
-					_ = j.rch.SetWriteDeadline(time.Now().Add(filesTimeoutFor(int64(len(fr)))))
+				for off := 0; ; {
+					fr, rest, err := runner.EncodeFileFrame(f.Path, f.Data, off)
+					if err != nil {
+						return err
+					}
 					if _, err := j.rch.Write(fr); err != nil {
 						return err
 					}
+					if rest == len(f.Data) {
+						break
+					}
+					off = rest
 				}
 			}
 			return nil
 		}()
 	}()
+	// stop cuts the sender short and waits for it.
+	stop := func() error {
+		_ = j.rch.SetWriteDeadline(time.Now())
+		return <-sent
+	}
 	// Every file is answered at its last frame, failed or not: read them
 	// all, so that a session's channel is in step again afterwards.
 	var first error
@@ -166,6 +183,7 @@ func (j *Jail) sendFiles(files []InputFile, next func() ([]byte, error)) error {
 			}
 		}
 		if err != nil {
+			stop()
 			return j.filesLost(f, i, err)
 		}
 		w, err := runner.ParseFileWritten(p)
@@ -185,7 +203,21 @@ func (j *Jail) sendFiles(files []InputFile, next func() ([]byte, error)) error {
 			first = ferr
 		}
 	}
-	if err := <-sent; err != nil {
+	// All answered, yet a runner that answered early may not have taken
+	// every frame: the same deadline, and ctx, bound the wait.
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-sent:
+	case <-timer.C:
+		stop()
+		err = errors.New("the jail's runner did not take them in time")
+	case <-ctx.Done():
+		stop()
+		err = ctx.Err()
+	}
+	if err != nil {
 		return &FileError{Index: len(files) - 1, Path: files[len(files)-1].Path, Message: "the files could not be sent: " + err.Error()}
 	}
 	return first
@@ -197,7 +229,8 @@ func isFileWritten(p []byte) bool {
 	return err == nil && t == runner.TypeFileWritten
 }
 
-// filesTimeoutFor bounds writing files of size bytes in all.
+// filesTimeoutFor bounds writing files of size bytes in all: a floor,
+// and a second per 16 MiB.
 func filesTimeoutFor(size int64) time.Duration {
 	return filesTimeout + time.Duration(size>>24)*time.Second
 }
@@ -225,10 +258,11 @@ func (j *Jail) writeFiles(files []InputFile) error {
 	case <-time.After(filesTimeout):
 		return &FileError{Path: files[0].Path, Message: "the jail's runner did not get ready"}
 	}
-	_ = j.rch.SetReadDeadline(time.Now().Add(filesTimeoutFor(totalSize(files))))
+	deadline := time.Now().Add(filesTimeoutFor(totalSize(files)))
+	_ = j.rch.SetReadDeadline(deadline)
 	defer j.rch.SetReadDeadline(time.Time{})
 	fr := runner.NewFrameReader(j.rch, runner.ReadyFrameBytes)
-	return j.sendFiles(files, fr.Next)
+	return j.sendFiles(context.Background(), files, deadline, fr.Next)
 }
 
 // WorkErr says why the session's /work could not be opened, when it was
@@ -256,7 +290,8 @@ func (s *Session) PutFiles(ctx context.Context, files []InputFile) error {
 	}
 	s.waiting.Store(true)
 	defer s.waiting.Store(false)
-	timer := time.NewTimer(filesTimeoutFor(totalSize(files)))
+	deadline := time.Now().Add(filesTimeoutFor(totalSize(files)))
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	next := func() ([]byte, error) {
 		select {
@@ -273,10 +308,11 @@ func (s *Session) PutFiles(ctx context.Context, files []InputFile) error {
 			return nil, ctx.Err()
 		}
 	}
-	err := s.j.sendFiles(files, next)
+	err := s.j.sendFiles(ctx, files, deadline, next)
 	var fe *FileError
 	if errors.As(err, &fe) && fe.Errno == "" && !s.Lost() {
-		// The channel is out of step: the session cannot go on.
+		// The channel is out of step (or the session's code kept the
+		// runner from taking the files in time): it cannot go on.
 		s.kill()
 	}
 	return err

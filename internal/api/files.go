@@ -192,7 +192,9 @@ type FileCaps struct {
 	InlineTotalBytes int64 `json:"inline_total_bytes"`
 	// StoreBytes is the artifact store's quota, StoreTTLSeconds how long
 	// an artifact is kept after it was last produced; StoreUsedBytes and
-	// StoreFiles what it holds now.
+	// StoreFiles what counts against the quota now: the caller's own
+	// artifacts (each counted in full, whoever else holds it), or for
+	// root everyone's.
 	StoreBytes      int64 `json:"store_bytes"`
 	StoreTTLSeconds int64 `json:"store_ttl_seconds"`
 	StoreUsedBytes  int64 `json:"store_used_bytes"`

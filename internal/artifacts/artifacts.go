@@ -6,10 +6,26 @@
 // An artifact is readable only by a uid that produced it (root aside);
 // to any other uid it does not exist. Each uid's claim expires a time to
 // live after it last produced the artifact, and an artifact no uid claims
-// is deleted; past the store's quota the least recently produced ones go
-// first. Content is written to a temporary file and renamed into place, so
-// a reader never sees half of one, and a reader holds its file open, so
-// eviction never cuts a read short.
+// is deleted. Content is written to a temporary file and renamed into
+// place, so a reader never sees half of one, and a reader holds its file
+// open, so eviction never cuts a read short.
+//
+// The quota counts claims, not files: each uid is charged in full for
+// every artifact it holds, as if nobody else held it (the disk holds
+// each content once, so it never uses more than is counted). A commit
+// that needs room takes it from expired claims first, then from the
+// committing uid's own claims, least recently produced first, and only
+// when it has none left from the uid that holds the most bytes: a uid
+// that floods the store evicts itself, never a small user. Neither what
+// a commit costs nor what it evicts, nor the figures a uid is told
+// (Usage), depend on whether another uid holds the same content: no uid
+// learns from the store what another produced.
+//
+// The store holds up to hundreds of thousands of small artifacts, and
+// every commit and read takes its one lock: what a commit does under it
+// is O(log n) in the artifacts held (heaps by time, no scan), expiry is
+// the periodic sweep's, in batches, and evicted files are removed after
+// the lock is let go.
 //
 // It stores and hands out bytes; it knows nothing of jails, requests or
 // HTTP.
@@ -25,7 +41,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,8 +58,10 @@ const (
 	// its content: its record and the file system's blocks, so that many
 	// small files cannot go past the quota unseen.
 	Overhead = 4096
-	// sweepEvery is how often expired claims are dropped.
+	// sweepEvery is how often expired claims are dropped, at most
+	// sweepBatch at a time under the lock.
 	sweepEvery = time.Minute
+	sweepBatch = 256
 )
 
 // Eviction reasons, as Config.OnEvict is told.
@@ -64,11 +82,13 @@ var ErrTooBig = errors.New("larger than the artifact store's quota")
 type Config struct {
 	// Dir is the store's directory (made 0700 if missing).
 	Dir string
-	// MaxBytes is the quota: content plus Overhead per artifact.
+	// MaxBytes is the quota: content plus Overhead per artifact, for
+	// each uid that holds it.
 	MaxBytes int64
 	// TTL is how long a uid keeps an artifact after it last produced it.
 	TTL time.Duration
-	// OnEvict, if set, is told of each artifact deleted, and why
+	// OnEvict, if set, is told of each claim dropped (a uid losing an
+	// artifact, whether or not another uid keeps it), and why
 	// (EvictExpired, EvictQuota).
 	OnEvict func(reason string)
 	Log     *slog.Logger
@@ -84,25 +104,55 @@ type Store struct {
 
 	mu    sync.Mutex
 	items map[string]*item
-	bytes int64 // content plus Overhead of every item
+	// bytes is what counts against the quota: content plus Overhead of
+	// every claim.
+	bytes int64
+	// ages holds every claim, the least recently produced first: the
+	// next to expire.
+	ages indexed[*claim]
+	// owners holds each uid's claims; big the owners, the one with the
+	// most bytes first.
+	owners map[uint32]*owner
+	big    indexed[*owner]
+	// deleting counts by hash the evicted artifacts whose files are
+	// being removed after the lock was let go: such content is not
+	// stored again until gone signals they are.
+	deleting map[string]int
+	gone     *sync.Cond
+	// examined counts the items and claims looked at, and compared, to
+	// expire and make room: the work the tests bound.
+	examined int64
 }
 
 // item is one artifact.
 type item struct {
-	Size int64 `json:"size"`
-	// Owners maps each uid that produced it to when it last did.
-	Owners map[uint32]time.Time `json:"owners"`
+	sum  string
+	size int64
+	// claims holds each uid that produced it, and when it last did:
+	// mostly one.
+	claims []*claim
 }
 
-// produced is when any uid last produced it.
-func (it *item) produced() time.Time {
-	var t time.Time
-	for _, at := range it.Owners {
-		if at.After(t) {
-			t = at
-		}
-	}
-	return t
+// cost is what each claim on it counts against the quota.
+func (it *item) cost() int64 { return it.size + Overhead }
+
+// claim is one uid's hold on an item.
+type claim struct {
+	uid    uint32
+	it     *item
+	at     time.Time // when uid last produced it
+	agePos int       // in Store.ages
+	ownPos int       // in its owner's claims
+}
+
+// owner is one uid's claims.
+type owner struct {
+	uid uint32
+	// bytes is the cost of its claims.
+	bytes int64
+	// claims holds them, the least recently produced first.
+	claims indexed[*claim]
+	bigPos int // in Store.big
 }
 
 // Open opens the store at cfg.Dir, making it if needed: it removes what a
@@ -132,14 +182,26 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("artifact store: %w", err)
 		}
 	}
-	s := &Store{cfg: cfg, items: map[string]*item{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{cfg: cfg, items: map[string]*item{}, owners: map[uint32]*owner{}, deleting: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s.gone = sync.NewCond(&s.mu)
+	s.ages = indexed[*claim]{
+		less: func(a, b *claim) bool { return a.at.Before(b.at) },
+		pos:  func(c *claim) *int { return &c.agePos },
+		cmps: &s.examined,
+	}
+	s.big = indexed[*owner]{
+		less: func(a, b *owner) bool { return a.bytes > b.bytes || a.bytes == b.bytes && a.uid < b.uid },
+		pos:  func(o *owner) *int { return &o.bigPos },
+		cmps: &s.examined,
+	}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
 	s.expire(cfg.Now())
-	s.fit(0)
+	s.mu.Lock()
+	doomed := s.fit(nil, 0, cfg.Now(), nil) // under a lowered quota
 	s.mu.Unlock()
+	s.remove(doomed)
 	go s.sweep()
 	return s, nil
 }
@@ -164,9 +226,7 @@ func (s *Store) sweep() {
 			return
 		case <-t.C:
 		}
-		s.mu.Lock()
 		s.expire(s.cfg.Now())
-		s.mu.Unlock()
 	}
 }
 
@@ -200,11 +260,12 @@ func (s *Store) load() error {
 	}
 	for _, e := range metas {
 		sum, ok := strings.CutSuffix(e.Name(), ".json")
-		var it item
-		if ok && validSum(sum) && s.readMeta(sum, &it) == nil {
-			if st, err := os.Lstat(s.content(sum)); err == nil && st.Mode().IsRegular() && st.Size() == it.Size && len(it.Owners) > 0 {
-				s.items[sum] = &it
-				s.bytes += it.Size + Overhead
+		var r record
+		if ok && validSum(sum) && s.readMeta(sum, &r) == nil {
+			if st, err := os.Lstat(s.content(sum)); err == nil && st.Mode().IsRegular() && st.Size() == r.Size && len(r.Owners) > 0 {
+				for uid, at := range r.Owners {
+					s.claim(sum, r.Size, uid, at)
+				}
 				continue
 			}
 		}
@@ -225,37 +286,45 @@ func (s *Store) load() error {
 	return nil
 }
 
-// record is an item as its meta file holds it: uids as strings.
+// record is an item as its meta file holds it.
 type record struct {
+	Size int64
+	// Owners maps each uid that produced it to when it last did.
+	Owners map[uint32]time.Time
+}
+
+// recordJSON is a record in JSON: uids as strings.
+type recordJSON struct {
 	Size   int64                `json:"size"`
 	Owners map[string]time.Time `json:"owners"`
 }
 
-func (s *Store) readMeta(sum string, it *item) error {
+func (s *Store) readMeta(sum string, r *record) error {
 	b, err := os.ReadFile(s.meta(sum))
 	if err != nil {
 		return err
 	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
+	var j recordJSON
+	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	it.Size, it.Owners = r.Size, map[uint32]time.Time{}
-	for k, t := range r.Owners {
+	r.Size, r.Owners = j.Size, map[uint32]time.Time{}
+	for k, t := range j.Owners {
 		uid, err := strconv.ParseUint(k, 10, 32)
 		if err != nil {
 			return err
 		}
-		it.Owners[uint32(uid)] = t
+		r.Owners[uint32(uid)] = t
 	}
 	return nil
 }
 
-// writeMeta writes it's record: a temporary file renamed into place.
-func (s *Store) writeMeta(sum string, it *item) error {
-	r := record{Size: it.Size, Owners: map[string]time.Time{}}
-	for uid, t := range it.Owners {
-		r.Owners[strconv.FormatUint(uint64(uid), 10)] = t
+// writeMeta writes its record: a temporary file renamed into place.
+func (s *Store) writeMeta(it *item) error {
+	sum := it.sum
+	r := recordJSON{Size: it.size, Owners: map[string]time.Time{}}
+	for _, c := range it.claims {
+		r.Owners[strconv.FormatUint(uint64(c.uid), 10)] = c.at
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -316,9 +385,8 @@ func (w *Writer) Abort() {
 }
 
 // Commit stores the content, or finds it stored already, records that
-// the owner produced it now, and returns its SHA-256 in hex. It makes
-// room under the quota, expired artifacts first, then the least recently
-// produced.
+// the owner produced it now, and returns its SHA-256 in hex. A new claim
+// needs room under the quota: see the package's doc for who makes it.
 func (w *Writer) Commit() (string, error) {
 	if w.ended {
 		return "", errors.New("artifact store: the artifact was committed or aborted already")
@@ -332,85 +400,195 @@ func (w *Writer) Commit() (string, error) {
 	}
 	s := w.s
 	now := s.cfg.Now()
+	var doomed []string
+	defer func() { s.remove(doomed) }() // after the lock is let go
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it, ok := s.items[sum]
-	if !ok {
+	for s.deleting[sum] > 0 {
+		// Evicted a moment ago: its files go before it comes again.
+		s.gone.Wait()
+	}
+	it := s.items[sum]
+	if it == nil || it.claimOf(w.owner) == nil {
+		// A new claim, whether or not another uid has the content.
 		need := w.n + Overhead
 		if need > s.cfg.MaxBytes {
 			return "", fmt.Errorf("%w (%d bytes)", ErrTooBig, s.cfg.MaxBytes)
 		}
-		s.expire(now)
-		s.fit(need)
-		if err := os.Rename(tmp, s.content(sum)); err != nil {
-			return "", fmt.Errorf("artifact store: %w", err)
+		doomed = s.fit(s.owners[w.owner], need, now, doomed)
+		if i := slices.Index(doomed, sum); i >= 0 {
+			// Room was made with another uid's claim on this very
+			// content: its file stays, for this one.
+			doomed = slices.Delete(doomed, i, i+1)
+			s.undelete(sum)
+		} else if s.items[sum] == nil {
+			if err := os.Rename(tmp, s.content(sum)); err != nil {
+				return "", fmt.Errorf("artifact store: %w", err)
+			}
 		}
-		it = &item{Size: w.n, Owners: map[uint32]time.Time{}}
-		s.items[sum] = it
-		s.bytes += need
 	}
-	it.Owners[w.owner] = now
-	if err := s.writeMeta(sum, it); err != nil {
+	it = s.claim(sum, w.n, w.owner, now)
+	if err := s.writeMeta(it); err != nil {
 		s.cfg.Log.Warn("artifact store: write a record", "sha256", sum, "err", err)
 	}
 	return sum, nil
 }
 
-// expire drops the claims older than the TTL at now, and the artifacts
-// left with none. Call with s.mu held.
-func (s *Store) expire(now time.Time) {
-	for sum, it := range s.items {
-		changed := false
-		for uid, at := range it.Owners {
-			if now.Sub(at) > s.cfg.TTL {
-				delete(it.Owners, uid)
-				changed = true
-			}
-		}
-		switch {
-		case len(it.Owners) == 0:
-			s.evict(sum, EvictExpired)
-		case changed:
-			_ = s.writeMeta(sum, it)
-		}
-	}
-}
-
-// fit evicts the least recently produced artifacts until need more bytes
-// fit under the quota. Call with s.mu held.
-func (s *Store) fit(need int64) {
-	if s.bytes+need <= s.cfg.MaxBytes {
-		return
-	}
-	sums := make([]string, 0, len(s.items))
-	for sum := range s.items {
-		sums = append(sums, sum)
-	}
-	sort.Slice(sums, func(i, j int) bool { return s.items[sums[i]].produced().Before(s.items[sums[j]].produced()) })
-	for _, sum := range sums {
-		if s.bytes+need <= s.cfg.MaxBytes {
-			return
-		}
-		s.evict(sum, EvictQuota)
-	}
-}
-
-// evict deletes one artifact. Call with s.mu held. A reader that has it
-// open reads on: its file is unlinked, not cut.
-func (s *Store) evict(sum, reason string) {
+// claim records that uid produced the content sum of size bytes at at,
+// adding the item if it is new, and charges uid for it unless it held it
+// already. Call with s.mu held.
+func (s *Store) claim(sum string, size int64, uid uint32, at time.Time) *item {
 	it, ok := s.items[sum]
 	if !ok {
+		it = &item{sum: sum, size: size}
+		s.items[sum] = it
+	}
+	o := s.owners[uid]
+	if c := it.claimOf(uid); c != nil {
+		c.at = at
+		s.ages.fix(c)
+		o.claims.fix(c)
+		return it
+	}
+	if o == nil {
+		o = &owner{uid: uid, claims: indexed[*claim]{
+			less: func(a, b *claim) bool { return a.at.Before(b.at) },
+			pos:  func(c *claim) *int { return &c.ownPos },
+			cmps: &s.examined,
+		}}
+		s.owners[uid] = o
+		s.big.add(o)
+	}
+	c := &claim{uid: uid, it: it, at: at}
+	it.claims = append(it.claims, c)
+	s.ages.add(c)
+	o.claims.add(c)
+	o.bytes += it.cost()
+	s.big.fix(o)
+	s.bytes += it.cost()
+	return it
+}
+
+// claimOf is uid's claim on it, or nil.
+func (it *item) claimOf(uid uint32) *claim {
+	for _, c := range it.claims {
+		if c.uid == uid {
+			return c
+		}
+	}
+	return nil
+}
+
+// expired reports whether c's time is up at now.
+func (s *Store) expired(c *claim, now time.Time) bool { return now.Sub(c.at) > s.cfg.TTL }
+
+// expire drops the claims whose time is up at now, and the artifacts
+// left with none, sweepBatch at a time under the lock.
+func (s *Store) expire(now time.Time) {
+	for more := true; more; {
+		var doomed []string
+		s.mu.Lock()
+		for n := 0; ; n++ {
+			c, ok := s.ages.least()
+			if !ok || !s.expired(c, now) {
+				more = false
+				break
+			}
+			if n == sweepBatch {
+				break
+			}
+			s.examined++
+			doomed = s.drop(c, EvictExpired, doomed)
+		}
+		s.mu.Unlock()
+		s.remove(doomed)
+	}
+}
+
+// fit drops claims until need more bytes fit under the quota at now:
+// expired claims first, then those of committer (nil: none), least
+// recently produced first, then, when it has none left, those of the uid
+// that holds the most bytes. It adds the hashes whose files are to be
+// removed to doomed. Call with s.mu held.
+func (s *Store) fit(committer *owner, need int64, now time.Time, doomed []string) []string {
+	for s.bytes+need > s.cfg.MaxBytes {
+		s.examined++
+		if c, ok := s.ages.least(); ok && s.expired(c, now) {
+			doomed = s.drop(c, EvictExpired, doomed)
+			continue
+		}
+		o := committer
+		if o == nil || o.claims.Len() == 0 {
+			if o, _ = s.big.least(); o == nil {
+				break
+			}
+		}
+		c, _ := o.claims.least()
+		doomed = s.drop(c, EvictQuota, doomed)
+	}
+	return doomed
+}
+
+// drop ends one claim, and its artifact when it was the last: it adds
+// the hash to doomed, whose files remove deletes once the lock is let
+// go. Call with s.mu held.
+func (s *Store) drop(c *claim, reason string, doomed []string) []string {
+	it := c.it
+	s.ages.remove(c)
+	o := s.owners[c.uid]
+	o.claims.remove(c)
+	o.bytes -= it.cost()
+	if o.claims.Len() == 0 {
+		s.big.remove(o)
+		delete(s.owners, o.uid)
+	} else {
+		s.big.fix(o)
+	}
+	s.bytes -= it.cost()
+	it.claims = slices.DeleteFunc(it.claims, func(x *claim) bool { return x == c })
+	s.cfg.OnEvict(reason)
+	if len(it.claims) > 0 {
+		if err := s.writeMeta(it); err != nil {
+			s.cfg.Log.Warn("artifact store: write a record", "sha256", it.sum, "err", err)
+		}
+		return doomed
+	}
+	delete(s.items, it.sum)
+	s.deleting[it.sum]++
+	return append(doomed, it.sum)
+}
+
+// undelete takes back the removal of sum's files that drop asked for.
+// Call with s.mu held.
+func (s *Store) undelete(sum string) {
+	if s.deleting[sum]--; s.deleting[sum] == 0 {
+		delete(s.deleting, sum)
+	}
+}
+
+// remove deletes the files of the artifacts drop took out, without the
+// lock. A reader that has one open reads on: its file is unlinked, not
+// cut.
+func (s *Store) remove(doomed []string) {
+	if len(doomed) == 0 {
 		return
 	}
-	delete(s.items, sum)
-	s.bytes -= it.Size + Overhead
-	if err := os.Remove(s.meta(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.cfg.Log.Warn("artifact store: remove a record", "sha256", sum, "err", err)
+	for _, sum := range doomed {
+		// The record first: content without one is dropped at the next
+		// Open, should the daemon stop here.
+		if err := os.Remove(s.meta(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.cfg.Log.Warn("artifact store: remove a record", "sha256", sum, "err", err)
+		}
+		if err := os.Remove(s.content(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.cfg.Log.Warn("artifact store: remove an artifact", "sha256", sum, "err", err)
+		}
 	}
-	if err := os.Remove(s.content(sum)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.cfg.Log.Warn("artifact store: remove an artifact", "sha256", sum, "err", err)
+	s.mu.Lock()
+	for _, sum := range doomed {
+		s.undelete(sum)
 	}
-	s.cfg.OnEvict(reason)
+	s.mu.Unlock()
+	s.gone.Broadcast()
 }
 
 // Open opens the artifact sum for uid, which must have produced it (root
@@ -428,8 +606,8 @@ func (s *Store) Open(uid uint32, sum string) (*os.File, int64, error) {
 		return nil, 0, ErrNotFound
 	}
 	if uid != 0 {
-		at, mine := it.Owners[uid]
-		if !mine || now.Sub(at) > s.cfg.TTL {
+		c := it.claimOf(uid)
+		if c == nil || s.expired(c, now) {
 			return nil, 0, ErrNotFound
 		}
 	}
@@ -437,15 +615,29 @@ func (s *Store) Open(uid uint32, sum string) (*os.File, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("artifact store: open %s: %w", sum, err)
 	}
-	return os.NewFile(uintptr(fd), sum), it.Size, nil
+	return os.NewFile(uintptr(fd), sum), it.size, nil
 }
 
-// Stats is what the store holds: bytes (content plus Overhead each) and
-// artifacts.
+// Stats is what counts against the quota: bytes (content plus Overhead
+// of every claim) and claims, all uids' together. Content that several
+// uids hold counts for each (it is stored once): the figures move with
+// each commit exactly as they would if nobody else held it.
 func (s *Store) Stats() (bytes int64, files int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.bytes, len(s.items)
+	return s.bytes, s.ages.Len()
+}
+
+// Usage is what uid's artifacts count against the quota: bytes (content
+// plus Overhead each) and artifacts, as if nobody else held them.
+func (s *Store) Usage(uid uint32) (bytes int64, files int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.owners[uid]
+	if o == nil {
+		return 0, 0
+	}
+	return o.bytes, o.claims.Len()
 }
 
 // MaxBytes is the quota; TTL how long a claim lasts.

@@ -178,6 +178,6 @@ func flagsFiles(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var(size{&cfg.FilesOutFileBytes}, "files-out-max-file-bytes", "largest file a run gives back (default 64M)")
 	fs.Var(size{&cfg.FilesOutBytes}, "files-out-max-bytes", "most bytes of files a run gives back, all together (default 256M)")
 	fs.Var(size{&cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
-	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back; the least recently produced go first (default 1G)")
+	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back, each user charged in full for its own; past it a user's own least recently produced go first (default 1G)")
 	fs.DurationVar(&cfg.ArtifactTTL, "artifact-ttl", cfg.ArtifactTTL, "how long a user can fetch an artifact after a run of theirs last produced it")
 }

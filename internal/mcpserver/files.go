@@ -34,7 +34,9 @@ import (
 // the daemon lets read only what that uid's runs produced. On top of
 // that, a connection may read only artifacts its own calls returned: one
 // MCP client cannot read another's results, even by their hash. A call
-// with no connection (the stateless protocol) has only the daemon's rule.
+// with no connection (streamable HTTP in the stateless protocol) has
+// nothing to bind its reads to, and reads no artifact: any HTTP client
+// of this server could otherwise read every artifact of its uid by hash.
 
 const (
 	// artifactScheme starts the URI of a run's file.
@@ -105,8 +107,8 @@ func fileCapsSchema() map[string]any {
 			"inline_total_bytes": typed("integer", "most text of a run's files returned with them"),
 			"store_bytes":        typed("integer", "the artifact store's quota"),
 			"store_ttl_seconds":  typed("integer", "how long a produced file stays readable"),
-			"store_used_bytes":   typed("integer", "what the store holds now"),
-			"store_files":        typed("integer", "files the store holds now"),
+			"store_used_bytes":   typed("integer", "what this user's files in the store count against its quota now"),
+			"store_files":        typed("integer", "this user's files in the store now"),
 		},
 	}
 }
@@ -252,6 +254,12 @@ func connID(ctx context.Context) string {
 // for each.
 var errArtifactNotFound = errors.New("no such resource: it was not returned by a run_python call of this connection, or it has expired")
 
+// errNoConnection is resources/read's answer for an artifact asked for
+// without an MCP session.
+var errNoConnection = errors.New("cellblock artifacts are read only over an MCP connection that keeps state, and this request came without one " +
+	"(streamable HTTP with protocol version 2026-07-28 has no MCP sessions, so cellblock-mcp cannot tell which client's run returned the file); " +
+	"use stdio, or streamable HTTP with protocol version " + mcp.LATEST_LEGACY_PROTOCOL_VERSION + "; small text files and images still come embedded in run_python's results")
+
 // readArtifact is the handler of the artifacts resource template.
 func (h *handler) readArtifact(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	uri := req.Params.URI
@@ -259,17 +267,18 @@ func (h *handler) readArtifact(ctx context.Context, req mcp.ReadResourceRequest)
 	if !ok {
 		return nil, fmt.Errorf("%q is not a cellblock artifact URI (%sSHA256/PATH)", uri, artifactScheme)
 	}
-	mime := ""
-	if conn := connID(ctx); conn != "" {
-		ref, ok := h.artifacts.lookup(conn, sum)
-		if !ok {
-			return nil, errArtifactNotFound
-		}
-		if ref.size > maxResourceRead {
-			return nil, fmt.Errorf("%s is %s, over the %s this server returns", name, fmtBytes(ref.size), fmtBytes(maxResourceRead))
-		}
-		mime = ref.mime
+	conn := connID(ctx)
+	if conn == "" {
+		return nil, errNoConnection
 	}
+	ref, ok := h.artifacts.lookup(conn, sum)
+	if !ok {
+		return nil, errArtifactNotFound
+	}
+	if ref.size > maxResourceRead {
+		return nil, fmt.Errorf("%s is %s, over the %s this server returns", name, fmtBytes(ref.size), fmtBytes(maxResourceRead))
+	}
+	mime := ref.mime
 	data, err := h.client.Artifact(ctx, sum, maxResourceRead)
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Type == api.ErrNotFound {
@@ -359,6 +368,9 @@ func (h *handler) addFiles(ctx context.Context, out *mcp.CallToolResult, res *ap
 	}
 	fmt.Fprintf(&b, "\n\n--- files under /work/out: %d returned, %d not ---\n", len(res.Files), len(res.FilesSkipped))
 	b.WriteString(strings.Join(lines, "\n"))
+	if len(res.Files) > 0 && connID(ctx) == "" {
+		b.WriteString("\n(This call came without an MCP session, so resources/read cannot serve these links over it: only what is embedded here comes back.)")
+	}
 	if len(out.Content) > 0 {
 		out.Content[0] = mcp.NewTextContent(b.String())
 	} else {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -219,4 +220,58 @@ func TestCheckEnvironmentFiles(t *testing.T) {
 	c := connect(t, newServer(t, fd), protocols[0].opts...)
 	res := callTool(t, context.Background(), c, ToolCheckEnvironment, map[string]any{})
 	mustContain(t, resultText(res), "up to 4 files, 1 MiB in all, under /work", "/work/out comes back, up to 10 files")
+}
+
+// TestArtifactReadsNeedAConnection: over streamable HTTP, a client with
+// an MCP session reads the files its calls returned; a stateless one
+// (protocol 2026-07-28) reads none, not even by a hash the daemon would
+// serve this server's uid, and is told why; over stdio reads work.
+func TestArtifactReadsNeedAConnection(t *testing.T) {
+	fd := startFakeDaemonFor(t, filesTestInfo())
+	me := uint32(os.Getuid())
+	csv := "region,total\nnorth,3\n"
+	sum := fd.AddArtifact(me, []byte(csv))
+	other := fd.AddArtifact(me, []byte("another client's result"))
+	fd.run = func(context.Context, *api.RunRequest, func(string, string)) *api.Result {
+		return &api.Result{Files: []api.File{{Path: "sum.csv", Size: int64(len(csv)), SHA256: sum, MIME: "text/csv"}}}
+	}
+	read := func(c *mcpclient.Client, uri string) (*mcp.ReadResourceResult, error) {
+		var req mcp.ReadResourceRequest
+		req.Params.URI = uri
+		return c.ReadResource(context.Background(), req)
+	}
+	for _, tc := range []struct {
+		name     string
+		client   func() *mcpclient.Client
+		readable bool
+	}{
+		{"http with a session", func() *mcpclient.Client { return serveHTTP(t, newServer(t, fd), protocols[0].opts...) }, true},
+		{"http stateless", func() *mcpclient.Client { return serveHTTP(t, newServer(t, fd)) }, false},
+		{"stdio", func() *mcpclient.Client { return serveStdioPipes(t, newServer(t, fd)) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.client()
+			res := callTool(t, context.Background(), c, ToolRunPython, map[string]any{"code": "..."})
+			if res.IsError {
+				t.Fatalf("run_python: %s", resultText(res))
+			}
+			rr, err := read(c, artifactURI(sum, "sum.csv"))
+			switch {
+			case tc.readable && err != nil:
+				t.Errorf("the file its call returned: %v", err)
+			case tc.readable:
+				if txt, ok := rr.Contents[0].(mcp.TextResourceContents); !ok || txt.Text != csv {
+					t.Errorf("the file its call returned: %+v", rr.Contents)
+				}
+			case err == nil:
+				t.Errorf("a stateless client read an artifact: %+v", rr.Contents)
+			default:
+				mustContain(t, err.Error(), "MCP connection that keeps state", "2026-07-28", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+				mustContain(t, resultText(res), "without an MCP session")
+			}
+			if _, err := read(c, artifactURI(other, "x")); err == nil {
+				t.Error("an artifact no call of this client returned was read")
+			}
+		})
+	}
 }

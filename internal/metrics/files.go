@@ -35,7 +35,7 @@ func (m *Metrics) registerFiles() {
 	}, []string{"direction"})
 	f.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cellblock_artifacts_evicted_total",
-		Help: "Artifacts deleted from the store: expired (no uid produced them within the TTL) or quota (the least recently produced, to make room).",
+		Help: "Artifacts a uid lost from the store (its file is deleted when no uid holds it any more): expired (not produced again within the TTL) or quota (to make room: the committing uid's own least recently produced, else the biggest uid's).",
 	}, []string{"reason"})
 	for _, d := range fileDirections {
 		f.files.WithLabelValues(d)
@@ -47,11 +47,11 @@ func (m *Metrics) registerFiles() {
 	m.reg.MustRegister(f.files, f.bytes, f.evictions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_artifacts_bytes",
-			Help: "Bytes the artifact store holds now (content, and 4 KiB per artifact for its record).",
+			Help: "Bytes counted against the artifact store's quota now: content, and 4 KiB per artifact for its record, for each uid that holds it (content several uids hold is stored once).",
 		}, func() float64 { b, _ := f.readStore(); return float64(b) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_artifacts_files",
-			Help: "Artifacts the store holds now.",
+			Help: "Artifacts the store holds now, counted for each uid that holds them.",
 		}, func() float64 { _, n := f.readStore(); return float64(n) }),
 	)
 }

@@ -214,6 +214,8 @@ func (e *Executor) ReadWorkFile(w *workdir.Dir, p string, begin func(size int64)
 		return api.Errorf(api.ErrTooLarge, "path", "%q: %v", p, err)
 	case errors.Is(err, workdir.ErrChanged):
 		return api.Errorf(api.ErrInUse, "path", "%q changed while it was read (the session's code is writing it); try again", p)
+	case errors.Is(err, workdir.ErrBusy):
+		return api.Errorf(api.ErrInUse, "path", "%q is held by the session's code (a file lease), so it was not read; try again", p)
 	}
 	return fmt.Errorf("read %q of a session: %w", p, err)
 }
@@ -239,7 +241,17 @@ func artifactNotFound(sum string) error {
 	return api.Errorf(api.ErrNotFound, "sha256", "no artifact %q: it never existed, has expired or been evicted, or was produced by another user", sum)
 }
 
-// filesInfo is what Info says of files.
+// ArtifactUsage is what uid's artifacts count against the store's quota
+// (server.ArtifactUsage): bytes and artifacts.
+func (e *Executor) ArtifactUsage(uid uint32) (int64, int) {
+	if e.cfg.Artifacts == nil {
+		return 0, 0
+	}
+	return e.cfg.Artifacts.Usage(uid)
+}
+
+// filesInfo is what Info says of files: the store's figures are all
+// uids' (the server puts the caller's own in for any caller but root).
 func (e *Executor) filesInfo() *api.FileCaps {
 	c := e.cfg.Files
 	if e.cfg.Artifacts == nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/nsjail"
@@ -63,6 +65,34 @@ func TestFileError(t *testing.T) {
 	e := &Executor{}
 	if err := e.InputError(&nsjail.FileError{Path: "a", Errno: "ENOSPC", NoSpace: true}, "path"); !errors.As(err, &ae) || ae.Field != "path" {
 		t.Errorf("for a PUT: %v", err)
+	}
+}
+
+// TestReadWorkFileLeased: a session's file held by a lease is in_use, the
+// caller's to retry, not the daemon's failure.
+func TestReadWorkFileLeased(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "held.csv")
+	if err := os.WriteFile(p, []byte("a,b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := unix.FcntlInt(holder.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		t.Skipf("cannot take a lease here: %v", err)
+	}
+	w, err := workdir.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	e := &Executor{cfg: Config{Files: api.FileCaps{OutFileBytes: 1000}}}
+	err = e.ReadWorkFile(w, "held.csv", func(int64) (io.Writer, error) { return io.Discard, nil })
+	if !errors.Is(err, api.ErrInUse) {
+		t.Errorf("a leased file: %v", err)
 	}
 }
 

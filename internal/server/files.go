@@ -6,9 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -28,6 +31,26 @@ type ArtifactStore interface {
 	OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error)
 }
 
+// ArtifactUsage is an ArtifactStore that tells what a uid's artifacts
+// count against the store's quota (bytes, artifacts). Info then shows
+// a caller other than root its own figures, not everyone's: no uid
+// learns from them what the others keep.
+type ArtifactUsage interface {
+	ArtifactUsage(uid uint32) (bytes int64, files int)
+}
+
+// callerFiles puts the caller's own figures of the artifact store into
+// info, for any caller but root.
+func (s *Server) callerFiles(info *api.Info, peer peercred.Peer) {
+	au, ok := s.exec.(ArtifactUsage)
+	if !ok || info.Files == nil || peer.UID == 0 {
+		return
+	}
+	f := *info.Files
+	f.StoreUsedBytes, f.StoreFiles = au.ArtifactUsage(peer.UID)
+	info.Files = &f
+}
+
 // SessionFileManager is a SessionManager whose sessions' /work can be
 // read and written one file at a time. Paths are checked by the server
 // (api.CheckFilePath).
@@ -35,8 +58,56 @@ type SessionFileManager interface {
 	// ReadSessionFile copies the file at path to the writer begin
 	// returns, once its size is known.
 	ReadSessionFile(ctx context.Context, owner peercred.Peer, id, path string, begin func(size int64) (io.Writer, error)) error
+	// CanPutSessionFile says, before the body of a PUT is read, what
+	// PutSessionFile would refuse now for a file of size bytes (-1: not
+	// known): an unknown or another uid's session, a lost or busy one,
+	// one whose /work cannot hold it.
+	CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error
 	// PutSessionFile writes data at path, between the session's runs.
 	PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error
+}
+
+// The bodies of PUTs being read and written hold at most putBufferShare
+// times the cap on a request's files for one uid, and putBufferTotal
+// times for all: past that a PUT is refused as busy before its body is
+// read.
+const (
+	putBufferShare = 2
+	putBufferTotal = 4
+)
+
+// byteBudget counts the bytes PUT bodies hold, in all and by uid. The
+// zero value is ready.
+type byteBudget struct {
+	mu    sync.Mutex
+	total int64
+	byUID map[uint32]int64
+}
+
+// take reserves n bytes for uid within share and total; false when they
+// would go past.
+func (b *byteBudget) take(uid uint32, n, share, total int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.total+n > total || b.byUID[uid]+n > share {
+		return false
+	}
+	if b.byUID == nil {
+		b.byUID = map[uint32]int64{}
+	}
+	b.total += n
+	b.byUID[uid] += n
+	return true
+}
+
+// give returns what take reserved.
+func (b *byteBudget) give(uid uint32, n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total -= n
+	if b.byUID[uid] -= n; b.byUID[uid] == 0 {
+		delete(b.byUID, uid)
+	}
 }
 
 // requestBytes is the largest body of a request that may carry files.
@@ -85,7 +156,63 @@ func (s *Server) registerFiles(mux *http.ServeMux) {
 	}
 }
 
-// getArtifact streams an artifact to a uid that produced it.
+// An answer that sends a file (an artifact, a session's file) must end in
+// fileAnswerBase plus its size at fileAnswerRate bytes a second, or it is
+// cut: a client that asks and never reads would otherwise hold what the
+// answer holds (an artifact's file, which an eviction has unlinked and
+// whose blocks stay taken while it is open; a session's /work, whose whole
+// tmpfs a deleted session would keep in memory) for as long as it likes.
+// Variables for the tests.
+var (
+	fileAnswerBase       = 30 * time.Second
+	fileAnswerRate int64 = 1 << 20
+)
+
+// fileAnswer bounds the answer w sends a file of size bytes in, from now:
+// its write deadline, under which net/http also flushes the answer's end
+// once the handler returns, and which it lifts then for the connection's
+// next request (a run's stream may take long).
+func fileAnswer(w http.ResponseWriter, size int64) {
+	d := fileAnswerBase + time.Duration(float64(size)/float64(fileAnswerRate)*float64(time.Second))
+	// Without deadlines (a writer that is not a connection's) there is
+	// nothing to bound.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
+
+// clientWriter is the client's side of an answer: it remembers whether a
+// write to it failed (the client went away or did not read in time),
+// which is no failure of the daemon's.
+type clientWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (c *clientWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// storeReader is the store's side of an artifact's answer: it remembers
+// whether a read failed, which is the daemon's failure, unlike a write to
+// the client that fails.
+type storeReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *storeReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF && s.err == nil {
+		s.err = err
+	}
+	return n, err
+}
+
+// getArtifact streams an artifact to a uid that produced it, within
+// fileAnswer's time.
 func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as ArtifactStore) {
 	peer, _ := PeerFrom(r.Context())
 	sum := r.PathValue("sha256")
@@ -104,8 +231,20 @@ func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as Artifact
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	fileAnswer(w, size)
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, io.LimitReader(f, size))
+	store := &storeReader{r: io.LimitReader(f, size)}
+	if _, err := io.Copy(w, store); err != nil {
+		// Out of time, or the client went away (or, seldom, the store
+		// could not be read): the file is closed as the handler ends,
+		// and so is the connection.
+		level := slog.LevelDebug
+		if store.err != nil {
+			level = slog.LevelError
+		}
+		s.log.Log(r.Context(), level, "an artifact's answer was cut", "uid", peer.UID, "sha256", sum, "err", err)
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // sessionPath is the path of a session file request, checked.
@@ -120,6 +259,8 @@ func sessionPath(r *http.Request) (string, *api.Error) {
 // getSessionFile streams a file of a session's /work. Its size is sent
 // first (Content-Length); a file that changes while it is read ends the
 // answer short of it, so that no client takes part of it for the whole.
+// The answer has fileAnswer's time: the session's /work, which the read
+// holds open, is let go when it is over, read or not.
 func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
@@ -134,19 +275,29 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	}
 	h := sha256.New()
 	started := false
+	client := &clientWriter{w: w}
 	err := fm.ReadSessionFile(r.Context(), peer, id, p, func(size int64) (io.Writer, error) {
-		started = true
 		op.Size = size
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		fileAnswer(w, size)
+		started = true
 		w.WriteHeader(http.StatusOK)
-		return io.MultiWriter(w, h), nil
+		return io.MultiWriter(client, h), nil
 	})
 	if err == nil {
 		op.SHA256 = hex.EncodeToString(h.Sum(nil))
 		s.observeFile(op)
 		return
+	}
+	if client.err != nil {
+		// Out of time, or the client went away: not the daemon's
+		// failure, nor one to log above debug.
+		s.log.Debug("a session file's answer was cut", "uid", peer.UID, "session", id, "err", client.err)
+		op.Error = api.Errorf(api.ErrCanceled, "", "the caller did not take the answer in time")
+		s.observeFile(op)
+		panic(http.ErrAbortHandler)
 	}
 	e := s.callerError(err, newRef("e"), peer)
 	op.Error = e
@@ -159,7 +310,12 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	writeError(w, e)
 }
 
-// putSessionFile writes the body as a file of a session's /work.
+// putSessionFile writes the body as a file of a session's /work. The
+// session is looked up before the body is read: a PUT it would refuse
+// costs nothing. The body is read into one buffer of its size, within
+// the bytes PUTs may hold at once (byteBudget) and within fileAnswer's
+// time, then handed down as it is: the session's runner takes it a frame
+// at a time.
 func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
@@ -188,14 +344,27 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 		refuse(api.Errorf(api.ErrOverLimit, "", "this daemon takes no files"))
 		return
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			refuse(api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit))
-			return
-		}
-		refuse(api.Errorf(api.ErrBadRequest, "", "read the file: %v", err))
+	size := r.ContentLength // -1: not said (chunked)
+	if size > limit {
+		refuse(api.Errorf(api.ErrTooLarge, "", "the file is %d bytes, larger than %d bytes, the most a request may carry", size, limit))
+		return
+	}
+	if err := fm.CanPutSessionFile(r.Context(), peer, id, size); err != nil {
+		refuse(s.callerError(err, newRef("e"), peer))
+		return
+	}
+	hold := size
+	if hold < 0 {
+		hold = limit
+	}
+	if !s.puts.take(peer.UID, hold, putBufferShare*limit, putBufferTotal*limit) {
+		refuse(api.Errorf(api.ErrBusy, "", "other files being put into sessions hold all the memory cellblockd gives them; try again"))
+		return
+	}
+	defer s.puts.give(peer.UID, hold)
+	data, aerr := readBody(w, r, size, limit)
+	if aerr != nil {
+		refuse(aerr)
 		return
 	}
 	sum := sha256.Sum256(data)
@@ -205,7 +374,7 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 		return
 	}
 	defer end()
-	err = fm.PutSessionFile(ctx, peer, id, p, data)
+	err := fm.PutSessionFile(ctx, peer, id, p, data)
 	if err != nil {
 		op.Error = s.callerError(err, newRef("e"), peer)
 		s.observeFile(op)
@@ -214,4 +383,39 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 	}
 	s.observeFile(op)
 	writeJSON(w, http.StatusOK, &api.SessionFileWritten{Session: id, Path: p, Size: op.Size, SHA256: op.SHA256})
+}
+
+// readBody reads r's body, of size bytes (-1: not said, then at most
+// limit), into one buffer, within the time fileAnswer gives an answer of
+// that size: a client that sends slowly holds its share of byteBudget no
+// longer.
+func readBody(w http.ResponseWriter, r *http.Request, size, limit int64) ([]byte, *api.Error) {
+	rc := http.NewResponseController(w)
+	n := size
+	if n < 0 {
+		n = limit
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(fileAnswerBase + time.Duration(float64(n)/float64(fileAnswerRate)*float64(time.Second))))
+	// Lifted before the file is written: the connection's read deadline
+	// also ends the request's context once its body is read.
+	defer rc.SetReadDeadline(time.Time{})
+	body := http.MaxBytesReader(w, r.Body, limit)
+	var data []byte
+	var err error
+	if size >= 0 {
+		data = make([]byte, size)
+		_, err = io.ReadFull(body, data)
+	} else {
+		data, err = io.ReadAll(body)
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil:
+		return data, nil
+	case errors.As(err, &mbe):
+		return nil, api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil, api.Errorf(api.ErrBadRequest, "", "the file did not arrive in time (%v, and a second per MiB)", fileAnswerBase)
+	}
+	return nil, api.Errorf(api.ErrBadRequest, "", "read the file: %v", err)
 }

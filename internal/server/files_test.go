@@ -1,15 +1,20 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
@@ -22,10 +27,18 @@ type fileExec struct {
 	fakeExecutor
 	read func(p string, begin func(int64) (io.Writer, error)) error
 	put  func(p string, data []byte) error
+	can  func(id string, size int64) error
 }
 
 func (f *fileExec) ReadSessionFile(ctx context.Context, owner peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
 	return f.read(p, begin)
+}
+
+func (f *fileExec) CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error {
+	if f.can != nil {
+		return f.can(id, size)
+	}
+	return nil
 }
 
 func (f *fileExec) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
@@ -125,8 +138,15 @@ func TestSessionFileRoutes(t *testing.T) {
 		},
 		put: func(p string, data []byte) error { puts = append(puts, p+"="+string(data)); return nil },
 	}
+	// The observer runs in the handler, which a cut answer's client
+	// does not wait for.
+	var opsMu sync.Mutex
 	var ops []record.FileOp
-	c, stop := serve(t, exec, Config{Files: fileCaps, FileObserver: func(op record.FileOp) { ops = append(ops, op) }})
+	c, stop := serve(t, exec, Config{Files: fileCaps, FileObserver: func(op record.FileOp) {
+		opsMu.Lock()
+		ops = append(ops, op)
+		opsMu.Unlock()
+	}})
 	defer stop()
 	ctx := context.Background()
 	w, err := c.PutSessionFile(ctx, "s1", "data/in.csv", strings.NewReader("a,b"), 3)
@@ -174,6 +194,8 @@ func TestSessionFileRoutes(t *testing.T) {
 	if err == nil {
 		t.Errorf("a file that changed while it was read came whole: %q", b)
 	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
 	if len(ops) < 3 || ops[0].Op != record.FilePut || ops[0].SHA256 == "" {
 		t.Errorf("observed %+v", ops)
 	}
@@ -216,5 +238,234 @@ func TestArtifactRoute(t *testing.T) {
 	}
 	if len(exec.asked) != 3 || exec.asked[0] != me {
 		t.Errorf("asked for uids %v", exec.asked)
+	}
+}
+
+// heldFile is a large file that says when it is let go.
+type heldFile struct {
+	io.Reader
+	closed chan struct{}
+}
+
+func (h *heldFile) Close() error { close(h.closed); return nil }
+
+// answerFiles serves an artifact and a session file of size bytes that
+// say when they are let go: the artifact's file is closed, the session
+// file's read (which holds its /work) returns.
+type answerFiles struct {
+	fakeExecutor
+	size               int64
+	artifact, sessFile chan struct{}
+}
+
+func (a *answerFiles) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error) {
+	return &heldFile{Reader: io.LimitReader(zeros{}, a.size), closed: a.artifact}, a.size, nil
+}
+
+func (a *answerFiles) ReadSessionFile(ctx context.Context, owner peercred.Peer, id, p string, begin func(size int64) (io.Writer, error)) error {
+	defer close(a.sessFile)
+	w, err := begin(a.size)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(w, io.LimitReader(zeros{}, a.size))
+	return err
+}
+
+func (a *answerFiles) CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error {
+	return nil
+}
+
+func (a *answerFiles) PutSessionFile(ctx context.Context, owner peercred.Peer, id, p string, data []byte) error {
+	return nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestFileAnswersEndInTime: a client that asks for an artifact or a
+// session's file and never reads does not hold the file (an evicted
+// artifact's blocks, a session's /work) past the answer's time, and a
+// connection that carried a file's answer keeps no deadline for the next
+// request on it.
+func TestFileAnswersEndInTime(t *testing.T) {
+	defer func(b time.Duration, r int64) { fileAnswerBase, fileAnswerRate = b, r }(fileAnswerBase, fileAnswerRate)
+	fileAnswerBase, fileAnswerRate = 200*time.Millisecond, 1<<40
+	exec := &answerFiles{size: 64 << 20, artifact: make(chan struct{}), sessFile: make(chan struct{})}
+	c, stop := serve(t, exec, Config{Files: fileCaps})
+	defer stop()
+	for name, tc := range map[string]struct {
+		path     string
+		released chan struct{}
+	}{
+		"artifact":     {api.PathArtifacts + "/" + strings.Repeat("a", 64), exec.artifact},
+		"session file": {api.PathSessions + "/s1/files/big.bin", exec.sessFile},
+	} {
+		conn, err := net.Dial("unix", c.Socket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET "+tc.path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		// Far more than the socket's buffers: never read, the answer
+		// can only end by its deadline.
+		select {
+		case <-tc.released:
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s: still held by a client that does not read", name)
+		}
+	}
+
+	// A small answer, then a run on the same connection that outlasts
+	// the answer's deadline.
+	exec.size = 10
+	exec.artifact = make(chan struct{})
+	exec.block = make(chan struct{})
+	hc := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", c.Socket())
+	}}}
+	resp, err := hc.Get("http://x" + api.PathArtifacts + "/" + strings.Repeat("a", 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(resp.Body); err != nil || len(b) != 10 {
+		t.Fatalf("the artifact: %d bytes, %v", len(b), err)
+	}
+	resp.Body.Close()
+	// The run answers once the deadline the artifact's answer had is
+	// past.
+	time.AfterFunc(fileAnswerBase+100*time.Millisecond, func() { close(exec.block) })
+	reused := false
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://x"+api.PathRuns, strings.NewReader(`{"code":"x"}`))
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatalf("a run after a file's answer on the same connection: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || !reused {
+		t.Errorf("a run after a file's answer: %s %q %v (connection reused: %v)", resp.Status, b, err, reused)
+	}
+}
+
+// usageExec tells each uid's artifact figures.
+type usageExec struct{ fakeExecutor }
+
+func (*usageExec) Info() api.Info {
+	return api.Info{Version: "test", Files: &api.FileCaps{StoreBytes: 1 << 30, StoreUsedBytes: 5000, StoreFiles: 5}}
+}
+
+func (*usageExec) ArtifactUsage(uid uint32) (int64, int) { return int64(uid), 1 }
+
+// TestInfoShowsTheCallersArtifacts: a caller other than root is told
+// what its own artifacts count against the store's quota, not everyone's;
+// root is told the totals.
+func TestInfoShowsTheCallersArtifacts(t *testing.T) {
+	s := New(Config{}, &usageExec{})
+	info := s.exec.Info()
+	s.callerFiles(&info, peercred.Peer{UID: 1000})
+	if f := info.Files; f.StoreUsedBytes != 1000 || f.StoreFiles != 1 || f.StoreBytes != 1<<30 {
+		t.Errorf("uid 1000: %+v", f)
+	}
+	info = s.exec.Info()
+	s.callerFiles(&info, peercred.Peer{UID: 0})
+	if f := info.Files; f.StoreUsedBytes != 5000 || f.StoreFiles != 5 {
+		t.Errorf("root: %+v", f)
+	}
+	// And over the socket, as whoever runs the test.
+	c, stop := serve(t, &usageExec{}, Config{})
+	defer stop()
+	got, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(5000)
+	if me := os.Getuid(); me != 0 {
+		want = int64(me)
+	}
+	if got.Files.StoreUsedBytes != want {
+		t.Errorf("info over the socket: %+v, want %d bytes", got.Files, want)
+	}
+}
+
+// putHeaders starts a PUT of a session file of size bytes on a new
+// connection and sends sent bytes of its body, no more.
+func putHeaders(t *testing.T, c interface{ Socket() string }, id string, size, sent int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("unix", c.Socket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "PUT %s/%s/files/data.csv HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", api.PathSessions, id, size, strings.Repeat("x", sent))
+	return conn
+}
+
+// answer reads the status of the answer on conn, or "" when none came
+// while the body was still owed.
+func answer(t *testing.T, conn net.Conn) string {
+	t.Helper()
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.Status + " " + string(b)
+}
+
+// TestPutRefusedBeforeItsBody: a PUT that the session would refuse
+// (unknown, another uid's, busy, lost, too big for it) or that is over
+// the cap is answered at once, its body unread; and the bodies being
+// read hold at most twice the cap for one uid: past that a PUT is busy
+// at once.
+func TestPutRefusedBeforeItsBody(t *testing.T) {
+	exec := &fileExec{
+		can: func(id string, size int64) error {
+			if id == "busy" {
+				return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress")
+			}
+			return nil
+		},
+		put: func(string, []byte) error { return nil },
+	}
+	c, stop := serve(t, exec, Config{Files: fileCaps})
+	defer stop()
+	if got := answer(t, putHeaders(t, c, "busy", 1<<20, 10)); !strings.Contains(got, "409") || !strings.Contains(got, "session_busy") {
+		t.Errorf("a busy session: %q", got)
+	}
+	if got := answer(t, putHeaders(t, c, "s1", int(fileCaps.InBytes)+1, 10)); !strings.Contains(got, "413") {
+		t.Errorf("over the cap: %q", got)
+	}
+	// Two whole-cap bodies being sent hold this uid's share.
+	var pending []net.Conn
+	defer func() {
+		for _, conn := range pending {
+			conn.Close() // before the server stops
+		}
+	}()
+	for range 2 {
+		pending = append(pending, putHeaders(t, c, "s1", int(fileCaps.InBytes), 10))
+	}
+	// Let the server take them in (it answers nothing until their bodies
+	// come): a small PUT once both are counted is refused.
+	deadline := time.Now().Add(10 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		conn := putHeaders(t, c, "s1", 3, 3)
+		got = answer(t, conn)
+		conn.Close()
+		if !strings.Contains(got, "200") {
+			break
+		}
+	}
+	if !strings.Contains(got, "429") || !strings.Contains(got, "busy") {
+		t.Errorf("past the uid's share: %q", got)
 	}
 }

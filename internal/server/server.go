@@ -78,6 +78,8 @@ type Server struct {
 	mu       sync.Mutex
 	drained  bool
 	inflight sync.WaitGroup
+	// puts counts the bytes the bodies of session file PUTs hold.
+	puts byteBudget
 }
 
 // New returns a server for exec.
@@ -120,6 +122,10 @@ func (s *Server) Handler() http.Handler {
 	return s.guard(mux)
 }
 
+// idleTimeout closes a kept-alive connection idle this long between
+// requests (Go's client lets its own go after 90 s).
+const idleTimeout = 2 * time.Minute
+
 // Serve serves the API on ln until ctx ends, then drains: it stops taking
 // runs, lets those in flight finish for up to grace, kills the rest, and
 // returns when all are done.
@@ -128,7 +134,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// Between requests only: no ReadTimeout or WriteTimeout, which
+		// would cut runs that stream for minutes. Answers that send
+		// files set their own write deadline (fileAnswer).
+		IdleTimeout: idleTimeout,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
@@ -224,6 +234,8 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	info.QueueSize = s.cfg.QueueSize
 	info.Running, info.Queued = s.admit.load()
 	info.Tools = &api.ToolCaps{Defaults: s.cfg.Tools.Defaults, Maxima: s.cfg.Tools.Maxima}
+	peer, _ := PeerFrom(r.Context())
+	s.callerFiles(&info, peer)
 	writeJSON(w, http.StatusOK, info)
 }
 

@@ -67,7 +67,13 @@ func (m *Manager) putFiles(ctx context.Context, e *entry, fi FileInterp, files [
 	if err != nil {
 		return err
 	}
-	err = fi.PutFiles(ctx, in)
+	return m.writeFiles(ctx, e, fi, in, field)
+}
+
+// writeFiles writes files, checked, into e, which the caller marked busy,
+// and classifies what went wrong, naming field.
+func (m *Manager) writeFiles(ctx context.Context, e *entry, fi FileInterp, in []nsjail.InputFile, field string) error {
+	err := fi.PutFiles(ctx, in)
 	if errors.Is(err, nsjail.ErrSessionLost) || err != nil && e.opened.Interp.Lost() {
 		m.mu.Lock()
 		first := m.markLost(e)
@@ -79,15 +85,59 @@ func (m *Manager) putFiles(ctx context.Context, e *entry, fi FileInterp, files [
 	if errors.Is(err, nsjail.ErrSessionLost) {
 		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: its variables are gone; delete it and create another", e.id)
 	}
+	var fe *nsjail.FileError
+	if errors.As(err, &fe) && !fe.OOM && fe.Errno == "" && e.opened.Interp.Lost() {
+		// Killed because its runner did not take the files in time (its
+		// code kept it from them), or the caller went away: the
+		// session's doing or the caller's, not the daemon's failure.
+		return api.Errorf(api.ErrSessionLost, "session", "session %q was lost while its files were written (%s): its variables are gone; delete it and create another", e.id, fe.Message)
+	}
 	if err != nil {
 		return m.cfg.Files.InputError(err, field)
 	}
 	return nil
 }
 
+// refusePut is why e cannot take a file of size bytes (-1: not known)
+// now, or nil. Call with m.mu held.
+func (m *Manager) refusePut(e *entry, size int64) error {
+	switch {
+	case e.lost || e.opened.Interp.Lost():
+		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: it takes no files; delete it and create another", e.id)
+	case e.busy:
+		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q; write its files between runs", e.id)
+	case m.fileInterp(e) == nil:
+		return api.Errorf(api.ErrBadRequest, "path", "this session cannot take files")
+	case size > m.cfg.FileCaps.InBytes:
+		return api.Errorf(api.ErrOverLimit, "path", "is %d bytes; the most a request may carry is %d", size, m.cfg.FileCaps.InBytes)
+	case size > e.limits.TmpBytes:
+		return api.Errorf(api.ErrOverLimit, "path", "is %d bytes, more than /work holds (tmp_bytes %d)", size, e.limits.TmpBytes)
+	}
+	return nil
+}
+
+// CanPutSessionFile says, before a PUT's body is read, what
+// PutSessionFile would refuse now for a file of size bytes (-1: not
+// known yet) in session id: another uid's or an unknown session, a lost
+// or busy one, a file larger than its /work. nil when it would go on (a
+// run may still start meanwhile).
+func (m *Manager) CanPutSessionFile(ctx context.Context, caller peercred.Peer, id string, size int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		return aerr
+	}
+	if m.expiry(e, time.Now()) != "" {
+		return m.notFound(caller, id) // the reaper ends it
+	}
+	return m.refusePut(e, size)
+}
+
 // PutSessionFile writes data at p (checked by the caller) under the
 // /work of session id, through its runner. A session with a run in
-// progress is busy.
+// progress is busy. data is the caller's until it returns; nothing
+// copies it whole.
 func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, p string, data []byte) error {
 	m.mu.Lock()
 	e, aerr := m.lookup(caller, id)
@@ -95,13 +145,9 @@ func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, 
 		m.mu.Unlock()
 		return aerr
 	}
-	if e.lost || e.opened.Interp.Lost() {
+	if err := m.refusePut(e, int64(len(data))); err != nil {
 		m.mu.Unlock()
-		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: it takes no files; delete it and create another", e.id)
-	}
-	if e.busy {
-		m.mu.Unlock()
-		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q; write its files between runs", e.id)
+		return err
 	}
 	if why := m.expiry(e, time.Now()); why != "" {
 		m.bury(e, why)
@@ -116,7 +162,7 @@ func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, 
 	fi := m.fileInterp(e)
 	m.mu.Unlock()
 
-	err := m.putFiles(ctx, e, fi, []api.FileInput{{Path: p, Content: string(data)}}, "path")
+	err := m.writeFiles(ctx, e, fi, []nsjail.InputFile{{Path: p, Data: data}}, "path")
 
 	m.mu.Lock()
 	e.busy = false

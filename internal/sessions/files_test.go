@@ -200,8 +200,27 @@ func TestPutSessionFile(t *testing.T) {
 	if err := h.m.PutSessionFile(ctx, alice, s.ID, "x", []byte("x")); !errors.As(err, &ae) || ae.Type != api.ErrSessionBusy {
 		t.Errorf("during a run: %v", err)
 	}
+	if err := h.m.CanPutSessionFile(ctx, alice, s.ID, 1); !errors.As(err, &ae) || ae.Type != api.ErrSessionBusy {
+		t.Errorf("asked before the body, during a run: %v", err)
+	}
 	bl.release <- &nsjail.Outcome{}
 	<-ch
+	// Asked before the body is read: what the PUT would be told.
+	for _, c := range []struct {
+		caller peercred.Peer
+		id     string
+		size   int64
+		want   api.ErrorType
+	}{
+		{alice, s.ID, 10, ""}, {alice, s.ID, -1, ""}, {root, s.ID, 10, ""},
+		{bob, s.ID, 10, api.ErrSessionNotFound}, {alice, "s-never", 10, api.ErrSessionNotFound},
+		{alice, s.ID, 51, api.ErrOverLimit}, {alice, s.ID, 101, api.ErrOverLimit},
+	} {
+		err := h.m.CanPutSessionFile(ctx, c.caller, c.id, c.size)
+		if c.want == "" && err != nil || c.want != "" && !errors.Is(err, c.want) {
+			t.Errorf("uid %d, %s, %d bytes: %v, want %q", c.caller.UID, c.id, c.size, err, c.want)
+		}
+	}
 	// Out of memory while writing: over_limit, and the session is lost.
 	f.set(func(*fakeInterp) {})
 	f.putErr, f.lose = &nsjail.FileError{Path: "x", OOM: true}, true
@@ -210,6 +229,29 @@ func TestPutSessionFile(t *testing.T) {
 	}
 	if err := h.m.PutSessionFile(ctx, alice, s.ID, "x", []byte("x")); !errors.As(err, &ae) || ae.Type != api.ErrSessionLost {
 		t.Errorf("after: %v", err)
+	}
+	if err := h.m.CanPutSessionFile(ctx, alice, s.ID, 1); !errors.As(err, &ae) || ae.Type != api.ErrSessionLost {
+		t.Errorf("asked before the body, after: %v", err)
+	}
+	h.wantEvents(map[string]int{"created": 1, "lost": 1})
+}
+
+// TestPutSessionFileKilled: a session killed because its runner did not
+// take a file in time is lost, and the PUT says so (session_lost), as
+// the caller's or the session's doing, not the daemon's failure.
+func TestPutSessionFileKilled(t *testing.T) {
+	h, _, _, interp := newFilesHarness(t)
+	s, err := h.m.CreateSession(context.Background(), alice, &api.SessionRequest{}, api.Limits{TmpBytes: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := interp(s.ID)
+	f.set(func(*fakeInterp) {})
+	f.putErr, f.lose = &nsjail.FileError{Path: "x", Message: "the files could not be sent: the jail's runner did not take them in time"}, true
+	err = h.m.PutSessionFile(context.Background(), alice, s.ID, "x", []byte("x"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Type != api.ErrSessionLost || !strings.Contains(ae.Message, "did not take them in time") {
+		t.Errorf("a session killed while a file was written: %v", err)
 	}
 	h.wantEvents(map[string]int{"created": 1, "lost": 1})
 }

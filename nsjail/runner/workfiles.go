@@ -38,18 +38,26 @@ type FileChunk struct {
 func EncodeFile(path string, data []byte) ([][]byte, error) {
 	var frames [][]byte
 	for off := 0; ; {
-		n := min(len(data)-off, FileChunkBytes)
-		f, err := encodeFrame(FileChunk{Type: TypeFile, Path: path, Offset: int64(off),
-			Data: data[off : off+n], End: off+n == len(data)})
+		f, next, err := EncodeFileFrame(path, data, off)
 		if err != nil {
 			return nil, err
 		}
 		frames = append(frames, f)
-		off += n
-		if off == len(data) {
+		if next == len(data) {
 			return frames, nil
 		}
+		off = next
 	}
+}
+
+// EncodeFileFrame returns the frame of EncodeFile's that carries data
+// from off on, and the offset of the next (len(data) after the last):
+// one frame at a time, for a sender that holds no more than one.
+func EncodeFileFrame(path string, data []byte, off int) (frame []byte, next int, err error) {
+	n := min(len(data)-off, FileChunkBytes)
+	frame, err = encodeFrame(FileChunk{Type: TypeFile, Path: path, Offset: int64(off),
+		Data: data[off : off+n], End: off+n == len(data)})
+	return frame, off + n, err
 }
 
 // FileWritten is the runner's answer for one file: Bytes written, or

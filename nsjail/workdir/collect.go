@@ -431,6 +431,10 @@ var (
 	ErrNotRegular = errors.New("not a regular file")
 	// ErrTooBig: the file is over the caller's cap.
 	ErrTooBig = errors.New("file too big")
+	// ErrBusy: the program holds the file (a lease, fcntl F_SETLEASE),
+	// and a reader that does not wait cannot open it now. It is the
+	// program's doing, not the daemon's failure.
+	ErrBusy = errors.New("held by the program (a lease)")
 )
 
 // ReadFile copies the regular file at p (beneath d, no symbolic link
@@ -440,7 +444,7 @@ var (
 // known to agree and the file's stamp not to have changed: a writer that
 // honours the size (an HTTP response with that Content-Length) then never
 // holds a partial file as whole. It returns ErrNotFound, ErrNotRegular,
-// ErrTooBig, ErrChanged, or an error from the writer.
+// ErrTooBig, ErrBusy, ErrChanged, or an error from the writer.
 func (d *Dir) ReadFile(p string, max int64, begin func(size int64) (io.Writer, error)) error {
 	fd, err := openBeneath(d.fd(), p, unix.O_RDONLY)
 	switch {
@@ -448,8 +452,12 @@ func (d *Dir) ReadFile(p string, max int64, begin func(size int64) (io.Writer, e
 		return ErrNotFound
 	case errors.Is(err, unix.ELOOP):
 		return fmt.Errorf("%w: a symbolic link is on its path (never followed)", ErrNotRegular)
+	case errors.Is(err, unix.EWOULDBLOCK):
+		// O_NONBLOCK met a lease: the open started breaking it, which
+		// the program may renew as often as it likes.
+		return fmt.Errorf("%w: not read", ErrBusy)
 	case err != nil:
-		return fmt.Errorf("%s", openReason(err))
+		return fmt.Errorf("open: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()

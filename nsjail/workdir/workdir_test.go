@@ -452,3 +452,26 @@ func TestSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestReadFileLeased: a file the program holds with a write lease cannot
+// be opened without blocking; that is ErrBusy, a class of its own, not a
+// failure of the daemon's.
+func TestReadFileLeased(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "held")
+	write(t, p, "data")
+	holder, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := unix.FcntlInt(holder.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		t.Skipf("cannot take a lease here: %v", err)
+	}
+	d := open(t, root)
+	called := false
+	err = d.ReadFile("held", 100, func(int64) (io.Writer, error) { called = true; return io.Discard, nil })
+	if !errors.Is(err, ErrBusy) || called {
+		t.Errorf("a leased file: %v (writer asked for: %v)", err, called)
+	}
+}

@@ -107,6 +107,22 @@ func (e *executor) ReadSessionFile(ctx context.Context, owner peercred.Peer, id,
 	return err
 }
 
+func (e *executor) CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error {
+	d := (*Daemon)(e)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, err := d.sessionFor(owner, id)
+	switch {
+	case err != nil:
+		return err
+	case s.info.State == api.SessionLost:
+		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter", id)
+	case s.busy:
+		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q", id)
+	}
+	return nil
+}
+
 func (e *executor) PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error {
 	d := (*Daemon)(e)
 	d.mu.Lock()
