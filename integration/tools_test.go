@@ -777,3 +777,57 @@ func grepLines(text, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// hugeNumbersCall is code that writes, on its runner's channel, a call of
+// tool n whose arguments are a megabyte of numbers the schema library
+// would take 20 ms each over (half an hour in all), then spins.
+const hugeNumbersCall = findRunnerChannel + `
+import json, struct
+args = '{"n": [' + ",".join(["1e999999"] * 110000) + ']}'
+b = ('{"type": "tool_call", "id": "h1", "name": "n", "arguments": ' + args + '}').encode()
+os.write(fd, struct.pack(">I", len(b)) + b)
+`
+
+var numbersTool = api.Tool{Name: "n", InputSchema: json.RawMessage(`{"type": "object", "properties": {"n": {"type": "array", "items": {"type": "integer"}}}}`)}
+
+// TestToolsHugeNumbers: such a call is refused at once, and neither the
+// run's timeout nor its end waits for it, in a run of its own or in a
+// session.
+func TestToolsHugeNumbers(t *testing.T) {
+	d := daemon(t)
+	never := func(ctx context.Context, call api.ToolCall) (json.RawMessage, error) {
+		t.Errorf("the caller got a call: %.100s", call.Arguments)
+		return nil, errors.New("no")
+	}
+	res := toolRun(t, d, &api.RunRequest{Tools: []api.Tool{numbersTool}, TimeoutMs: 3000, Code: hugeNumbersCall + `
+def read_exact(n):
+    buf = b""
+    while len(buf) < n:
+        buf += os.read(fd, n - len(buf))
+    return buf
+m = json.loads(read_exact(int.from_bytes(read_exact(4), "big")))
+print(m["id"], m["ok"], m["error"][:80], flush=True)
+while True:
+    pass
+`}, never)
+	if !res.TimedOut || res.Stdout != "h1 False the arguments of n: the number 1e999999 is beyond what the daemon checks: a numb\n" {
+		t.Fatalf("timed out %v stdout %q stderr %q error %+v", res.TimedOut, res.Stdout, res.Stderr, res.Error)
+	}
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Outcome != api.ToolRefused {
+		t.Errorf("tool_calls %+v", res.ToolCalls)
+	}
+	s := newSession(t, d, &api.SessionRequest{})
+	res = toolRun(t, d, &api.RunRequest{Session: s.ID, Tools: []api.Tool{numbersTool}, TimeoutMs: 3000, Code: hugeNumbersCall + `
+try:
+    while True:
+        pass
+except KeyboardInterrupt:
+    print("interrupted")
+`}, never)
+	if !res.TimedOut || res.Stdout != "interrupted\n" || res.Session == nil || res.Session.State != api.SessionAlive {
+		t.Fatalf("in a session: timed out %v stdout %q stderr %q session %+v", res.TimedOut, res.Stdout, res.Stderr, res.Session)
+	}
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Outcome != api.ToolRefused {
+		t.Errorf("tool_calls %+v", res.ToolCalls)
+	}
+}

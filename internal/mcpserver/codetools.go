@@ -19,9 +19,9 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/toolschema"
 )
 
 // MCP "code mode": cellblock-mcp --mcp-config FILE connects to the MCP
@@ -309,8 +309,9 @@ func codeName(s string) string {
 	return strings.TrimRight(b.String(), "_")
 }
 
-// usableSchema is t's input schema when the daemon can compile it (it
-// refuses a run whose schema does not compile), else nil: the server
+// usableSchema is t's input schema when the daemon takes it (it refuses
+// a run whose schema does not compile, or could cost it too much to
+// check arguments against: toolschema.Compile), else nil: the server
 // checks the arguments anyway.
 func usableSchema(t mcp.Tool) json.RawMessage {
 	raw := t.RawInputSchema
@@ -321,27 +322,14 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		}
 		raw = b
 	}
-	if len(raw) > api.MaxToolSchema || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
+	if len(raw) > api.MaxToolSchema || !json.Valid(raw) || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
 		return nil
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(refuseLoader{})
-	if c.AddResource("mem://tool.json", doc) != nil {
-		return nil
-	}
-	if _, err := c.Compile("mem://tool.json"); err != nil {
+	if _, err := toolschema.Compile(raw); err != nil {
 		return nil
 	}
 	return raw
 }
-
-type refuseLoader struct{}
-
-func (refuseLoader) Load(string) (any, error) { return nil, errors.New("no remote schemas") }
 
 // Close ends the connections (and the stdio servers' processes).
 func (ct *CodeTools) Close() {

@@ -23,17 +23,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/internal/toolschema"
 	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
@@ -104,7 +105,7 @@ func (c Config) Validate() error {
 // that apply to its calls. Make them with Prepare.
 type Tools struct {
 	declared []runner.Tool
-	schemas  map[string]*jsonschema.Schema // nil for a tool that takes any object
+	schemas  map[string]*toolschema.Schema // nil for a tool that takes any object
 	caps     api.ToolLimits
 	keep     bool
 }
@@ -121,16 +122,20 @@ func Prepare(req *api.RunRequest, cfg Config) (*Tools, *api.Error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*jsonschema.Schema{}}
+	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*toolschema.Schema{}}
 	for i, tool := range req.Tools {
 		t.declared = append(t.declared, runner.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
 		if len(tool.InputSchema) == 0 || string(tool.InputSchema) == "null" {
 			t.schemas[tool.Name] = nil
 			continue
 		}
-		s, err := compileSchema(tool.InputSchema)
+		field := fmt.Sprintf("tools[%d].input_schema", i)
+		s, err := toolschema.Compile(tool.InputSchema)
+		if errors.Is(err, toolschema.ErrRefused) {
+			return nil, api.Errorf(api.ErrBadRequest, field, "%v", err)
+		}
 		if err != nil {
-			return nil, api.Errorf(api.ErrBadRequest, fmt.Sprintf("tools[%d].input_schema", i), "is not a JSON Schema the daemon can check arguments with: %v", err)
+			return nil, api.Errorf(api.ErrBadRequest, field, "is not a JSON Schema the daemon can check arguments with: %v", err)
 		}
 		t.schemas[tool.Name] = s
 	}
@@ -170,10 +175,13 @@ type Relay struct {
 	unsent    int64 // the arguments of calls not yet written to the caller
 }
 
-// call is one call that went to the caller.
+// call is one call that passed the checks Call makes at once: its
+// arguments are checked against its schema (if any), then it goes to
+// the caller.
 type call struct {
 	id, jailID, name string
-	arguments        json.RawMessage
+	arguments        json.RawMessage // until written to the caller
+	schema           *toolschema.Schema
 	index            int // in records
 	start            time.Time
 	answer           chan answer // gets the caller's answer, once
@@ -204,7 +212,8 @@ func (r *Relay) Start(reply func([]byte)) {
 }
 
 // Call implements nsjail.ToolRelay: it checks the call, refuses it at once
-// (the code gets a ToolError) or sends it to the caller, without waiting.
+// (the code gets a ToolError) or hands it to serve, without waiting: the
+// check against the tool's schema is serve's too.
 func (r *Relay) Call(payload []byte) {
 	now := time.Now()
 	c, perr := runner.ParseToolCall(payload)
@@ -252,9 +261,11 @@ func (r *Relay) Call(payload []byte) {
 		why = fmt.Sprintf("call id %q is already waiting for an answer", c.ID)
 	case r.unsentOver(int64(len(c.Arguments))):
 		why = fmt.Sprintf("the caller has not yet taken %d bytes of this run's earlier calls: too many waiting to be sent", unsentBytes)
-	case schema != nil:
-		if err := validate(schema, c.Arguments); err != nil {
-			why = fmt.Sprintf("the arguments of %s do not match its input schema: %v", c.Name, err)
+	default:
+		// What the jail sent is measured before the schema library
+		// sees it (which serve does, off this goroutine).
+		if err := toolschema.Admit(schema, c.Arguments); err != nil {
+			why = fmt.Sprintf("the arguments of %s: %v", c.Name, err)
 		}
 	}
 
@@ -276,10 +287,8 @@ func (r *Relay) Call(payload []byte) {
 		}
 		return
 	}
-	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, index: index, start: now, answer: make(chan answer, 1)}
-	r.records[index].ID = cl.id
+	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, schema: schema, index: index, start: now, answer: make(chan answer, 1)}
 	r.unsent += int64(len(cl.arguments))
-	r.pending[cl.id] = cl
 	r.jailIDs[c.ID] = true
 	if r.active == 0 {
 		r.busySince = now
@@ -300,32 +309,23 @@ func (r *Relay) refuse(reply func([]byte), id, why string) {
 	reply(frame)
 }
 
-// serve sends cl to the caller and waits for its answer, its timeout or
-// the end of the run, then answers the code.
+// serve checks cl's arguments against its schema, sends it to the
+// caller and waits for its answer, its timeout or the end of the run,
+// then answers the code.
 func (r *Relay) serve(cl *call) {
 	defer r.wg.Done()
 	timeout := time.Duration(r.tools.caps.TimeoutMs) * time.Millisecond
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var a answer
-	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
-	r.mu.Lock()
-	r.unsent -= int64(len(cl.arguments))
-	cl.arguments = nil // written: the call no longer holds them
-	r.mu.Unlock()
-	if err != nil {
-		a = answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
-	} else {
-		select {
-		case a = <-cl.answer:
-		case <-timer.C:
-			why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", timeout)
-			a = answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why}
-		case <-r.ctx.Done():
-			a = answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"}
-		}
+	a, ok := r.check(cl, timer.C)
+	if ok {
+		a = r.send(cl, timer.C, timeout)
 	}
 	r.mu.Lock()
+	if cl.arguments != nil { // never written
+		r.unsent -= int64(len(cl.arguments))
+		cl.arguments = nil
+	}
 	delete(r.pending, cl.id)
 	delete(r.jailIDs, cl.jailID)
 	r.active--
@@ -347,6 +347,7 @@ func (r *Relay) serve(cl *call) {
 		return
 	}
 	var frame []byte
+	var err error
 	if a.outcome == api.ToolOK {
 		frame, err = runner.EncodeToolResult(cl.jailID, true, a.result, "")
 	} else {
@@ -357,6 +358,75 @@ func (r *Relay) serve(cl *call) {
 		return
 	}
 	reply(frame)
+}
+
+// checkers bounds the checks of arguments that run at once in the
+// daemon.
+var checkers = make(chan struct{}, min(max(runtime.GOMAXPROCS(0), 2), 8))
+
+// validateArgs checks arguments against a schema; tests stall it.
+var validateArgs = (*toolschema.Schema).Validate
+
+// check checks cl's arguments against its tool's schema, on one of the
+// daemon's checkers: ok when they pass, else how the call ends. Neither
+// the call's timeout nor the run's end waits for a check under way,
+// which goes on alone (Admit bounded its work) and frees its checker.
+func (r *Relay) check(cl *call, timeout <-chan time.Time) (a answer, ok bool) {
+	if cl.schema == nil {
+		return answer{}, true
+	}
+	const slow = "checking its arguments against the tool's input schema took longer than the call may take (tool_limits.timeout_ms)"
+	canceled := answer{outcome: api.ToolCanceled, reason: "the run ended before the arguments were checked"}
+	select {
+	case checkers <- struct{}{}:
+	case <-timeout:
+		return answer{outcome: api.ToolRefused, errText: "tool " + cl.name + ": " + slow, reason: slow}, false
+	case <-r.ctx.Done():
+		return canceled, false
+	}
+	verdict := make(chan error, 1)
+	go func(schema *toolschema.Schema, arguments []byte) {
+		defer func() { <-checkers }()
+		verdict <- validateArgs(schema, arguments)
+	}(cl.schema, cl.arguments)
+	select {
+	case err := <-verdict:
+		if err != nil {
+			why := fmt.Sprintf("the arguments of %s do not match its input schema: %v", cl.name, err)
+			return answer{outcome: api.ToolRefused, errText: why, reason: why}, false
+		}
+		return answer{}, true
+	case <-timeout:
+		return answer{outcome: api.ToolRefused, errText: "tool " + cl.name + ": " + slow, reason: slow}, false
+	case <-r.ctx.Done():
+		return canceled, false
+	}
+}
+
+// send sends cl to the caller and waits for its answer, its timeout or
+// the end of the run.
+func (r *Relay) send(cl *call, timeout <-chan time.Time, limit time.Duration) answer {
+	r.mu.Lock()
+	r.records[cl.index].ID = cl.id
+	r.pending[cl.id] = cl
+	r.mu.Unlock()
+	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
+	r.mu.Lock()
+	r.unsent -= int64(len(cl.arguments))
+	cl.arguments = nil // written: the call no longer holds them
+	r.mu.Unlock()
+	if err != nil {
+		return answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
+	}
+	select {
+	case a := <-cl.answer:
+		return a
+	case <-timeout:
+		why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", limit)
+		return answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why}
+	case <-r.ctx.Done():
+		return answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"}
+	}
 }
 
 // Stop implements nsjail.ToolRelay: calls still waiting end as canceled,

@@ -1,4 +1,16 @@
-package toolrelay
+// Package toolschema checks the arguments of tool calls (see package
+// toolrelay) against the tools' input schemas, JSON Schema, at a cost the
+// daemon bounds: a schema is compiled once (and cached), and refused
+// when checking arguments against it could take too long (cost.go); a
+// call's arguments are measured before they are checked, and refused
+// when they hold a number the library would take long over or are too
+// much to check (measure.go).
+//
+// It reads no file and opens no connection: a schema may refer only to
+// itself. It holds no goroutine; where the checks run is its caller's
+// choice. cellblock-mcp uses it too, to declare only the schemas the
+// daemon takes.
+package toolschema
 
 import (
 	"bytes"
@@ -7,6 +19,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -14,15 +27,27 @@ import (
 // maxSchemas bounds the cache of compiled input schemas.
 const maxSchemas = 512
 
+// Schema is an input schema ready to check arguments with, and what
+// checking them may cost.
+type Schema struct {
+	schema *jsonschema.Schema
+	cost   *cost
+}
+
+// ErrRefused is the error of a schema that compiles but is refused: a
+// number in it, or what checking arguments against it could cost. Its
+// text says why in full.
+var ErrRefused = errors.New("the daemon will not check arguments against it")
+
 // schemaCache holds compiled input schemas by the SHA-256 of their text:
 // a caller (an MCP front end) declares the same tools run after run.
 type schemaCache struct {
 	mu    sync.Mutex
-	byKey map[[32]byte]*jsonschema.Schema
+	byKey map[[32]byte]*Schema
 	order [][32]byte
 }
 
-var schemas = &schemaCache{byKey: map[[32]byte]*jsonschema.Schema{}}
+var schemas = &schemaCache{byKey: map[[32]byte]*Schema{}}
 
 // errNoRemote refuses every $ref to a document outside the schema: the
 // daemon reads no file and opens no connection for a caller's schema.
@@ -32,13 +57,19 @@ type noLoader struct{}
 
 func (noLoader) Load(url string) (any, error) { return nil, errNoRemote }
 
-// compileSchema compiles an input schema (JSON Schema, draft 2020-12 unless
-// its $schema names another). Only the metaschemas built into the library
-// and the schema itself can be referred to.
-func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+// Compile compiles an input schema (JSON Schema, draft 2020-12 unless its
+// $schema names another, valid JSON nested at most MaxDepth deep) and
+// reckons its cost. Only the metaschemas built into the library and the
+// schema itself can be referred to. An error wrapping ErrRefused says
+// why a schema that compiles is refused; another, why it does not
+// compile.
+func Compile(raw []byte) (*Schema, error) {
 	key := sha256.Sum256(raw)
 	if s := schemas.get(key); s != nil {
 		return s, nil
+	}
+	if _, err := Measure(raw); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
@@ -54,17 +85,22 @@ func compileSchema(raw []byte) (*jsonschema.Schema, error) {
 	if err != nil {
 		return nil, errors.New(oneLine(err.Error(), 1024))
 	}
-	schemas.put(key, s)
-	return s, nil
+	cost, err := costOf(s)
+	if err != nil {
+		return nil, err
+	}
+	cs := &Schema{schema: s, cost: cost}
+	schemas.put(key, cs)
+	return cs, nil
 }
 
-func (c *schemaCache) get(key [32]byte) *jsonschema.Schema {
+func (c *schemaCache) get(key [32]byte) *Schema {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.byKey[key]
 }
 
-func (c *schemaCache) put(key [32]byte, s *jsonschema.Schema) {
+func (c *schemaCache) put(key [32]byte, s *Schema) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byKey[key]; ok {
@@ -78,14 +114,14 @@ func (c *schemaCache) put(key [32]byte, s *jsonschema.Schema) {
 	c.order = append(c.order, key)
 }
 
-// validate checks arguments (a JSON object) against s, and says why they
-// fail in one line.
-func validate(s *jsonschema.Schema, arguments []byte) error {
+// Validate checks arguments (a JSON object, measured: see Measure and
+// Work) against s, and says why they fail in one line.
+func (s *Schema) Validate(arguments []byte) error {
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(arguments))
 	if err != nil {
 		return fmt.Errorf("the arguments are not JSON: %v", err)
 	}
-	if err := s.Validate(v); err != nil {
+	if err := s.schema.Validate(v); err != nil {
 		var ve *jsonschema.ValidationError
 		if errors.As(err, &ve) {
 			return errors.New(oneLine(causes(err.Error()), 1024))
@@ -105,7 +141,7 @@ func causes(text string) string {
 }
 
 // oneLine joins text's lines with "; ", without the list markers the
-// library puts on them, cut to n bytes.
+// library puts on them, cut to n bytes on a rune boundary.
 func oneLine(text string, n int) string {
 	var parts []string
 	for _, l := range strings.Split(text, "\n") {
@@ -114,5 +150,12 @@ func oneLine(text string, n int) string {
 			parts = append(parts, l)
 		}
 	}
-	return cut(strings.Join(parts, "; "), n)
+	s := strings.Join(parts, "; ")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
