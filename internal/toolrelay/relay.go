@@ -185,6 +185,7 @@ type call struct {
 	index            int // in records
 	start            time.Time
 	answer           chan answer // gets the caller's answer, once
+	finished         bool        // answered or given up: under the relay's mu
 }
 
 // answer is how a call ended.
@@ -416,17 +417,39 @@ func (r *Relay) send(cl *call, timeout <-chan time.Time, limit time.Duration) an
 	cl.arguments = nil // written: the call no longer holds them
 	r.mu.Unlock()
 	if err != nil {
-		return answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
+		return r.end(cl, answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()})
 	}
 	select {
 	case a := <-cl.answer:
 		return a
 	case <-timeout:
+		if testHookTimedOut != nil {
+			testHookTimedOut(cl.id)
+		}
 		why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", limit)
-		return answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why}
+		return r.end(cl, answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why})
 	case <-r.ctx.Done():
-		return answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"}
+		return r.end(cl, answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"})
 	}
+}
+
+// testHookTimedOut, when set, is called when a call's time is up, before
+// the call ends.
+var testHookTimedOut func(id string)
+
+// end ends cl with a, unless the caller's answer came first: then with
+// the answer, which deliver has put in cl.answer. Either way no answer
+// is taken after it.
+func (r *Relay) end(cl *call, a answer) answer {
+	r.mu.Lock()
+	answered := cl.finished
+	cl.finished = true
+	delete(r.pending, cl.id)
+	r.mu.Unlock()
+	if answered {
+		return <-cl.answer
+	}
+	return a
 }
 
 // Stop implements nsjail.ToolRelay: calls still waiting end as canceled,
@@ -502,8 +525,9 @@ func (r *Relay) names() string {
 func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int, tooLarge bool) *api.Error {
 	r.mu.Lock()
 	cl := r.pending[id]
-	if cl == nil || !r.owns(p) {
-		r.mu.Unlock()
+	ok := cl != nil && !cl.finished && r.owns(p)
+	r.mu.Unlock()
+	if !ok {
 		return notFound(r.runID, id)
 	}
 	var ans answer
@@ -530,9 +554,16 @@ func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int,
 			aerr = api.Errorf(api.ErrTooLarge, "result", "is %d bytes, over the run's cap of %d (tool_limits.result_bytes); the call failed in the code", len(a.Result), limit)
 		}
 	}
-	delete(r.pending, id) // answered once
-	r.mu.Unlock()
-	cl.answer <- ans
+	// Answered once, and the answer counts only if it came before the
+	// call ended (see end): then the call ends with it.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cl.finished {
+		return notFound(r.runID, id)
+	}
+	cl.finished = true
+	delete(r.pending, id)
+	cl.answer <- ans // buffered, and sent once
 	return aerr
 }
 

@@ -502,3 +502,33 @@ func TestUnsentArgumentsAreBounded(t *testing.T) {
 	close(stuck)
 	r.Close()
 }
+
+// TestAnswerOrTimeoutNotBoth: an answer that comes when the call's time
+// is up, before the call ended, either ends the call (the caller is told
+// it was answered, the code gets it) or is refused like any late one
+// (the code is told of the timeout): never acknowledged and dropped.
+func TestAnswerOrTimeoutNotBoth(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{TimeoutMs: 50}
+	j := newJail(t, req, DefaultConfig())
+	late := make(chan *api.Error, 1)
+	testHookTimedOut = func(id string) {
+		r, aerr := j.reg.Lookup(owner, "r1", id)
+		if aerr == nil {
+			aerr = r.Answer(owner, id, []byte(`{"result": 3}`), false)
+		}
+		late <- aerr
+	}
+	t.Cleanup(func() { testHookTimedOut = nil })
+	j.call("c1", "add", `{"x": 1, "y": 2}`)
+	j.event()
+	m := j.result("c1")
+	aerr := <-late
+	j.relay.Stop()
+	calls, _, _, _ := j.relay.Report()
+	answered := aerr == nil && m["ok"] == true && m["result"] == float64(3) && calls[0].Outcome == api.ToolOK
+	timedOut := aerr != nil && aerr.Type == api.ErrNotFound && m["ok"] == false && calls[0].Outcome == api.ToolTimeout
+	if !answered && !timedOut {
+		t.Errorf("the answer got %v; the code got %v; the report says %+v", aerr, m, calls)
+	}
+}
