@@ -831,3 +831,55 @@ except KeyboardInterrupt:
 		t.Errorf("tool_calls %+v", res.ToolCalls)
 	}
 }
+
+// TestToolsStalledCaller: callers that stay connected but never read
+// their streams (one whose code waits for a tool call larger than the
+// socket holds, one whose code prints on and on) get their runs cancelled
+// and torn down once a write to them has waited 30 seconds, whatever the
+// runs' own timeouts; their slots go to the next run, and the daemon
+// shuts down cleanly.
+func TestToolsStalledCaller(t *testing.T) {
+	d := startDaemon(t, "--max-concurrent", "2", "--queue", "0")
+	long := &api.ToolLimits{TimeoutMs: 300000}
+	for _, req := range []*api.RunRequest{
+		{Tools: []api.Tool{echoTool}, ToolLimits: long, TimeoutMs: 300000, Code: "import cellblock\ncellblock.tools.echo(pad='x' * 900000)\nprint('answered')"},
+		{Tools: []api.Tool{echoTool}, ToolLimits: long, TimeoutMs: 300000, Code: "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"},
+	} {
+		conn, err := net.Dial("unix", d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body, _ := json.Marshal(req)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
+			api.PathRuns, api.StreamContentType, len(body), body)
+		// It never reads.
+	}
+	var entries []*audit.Entry
+	if !waitFor(120*time.Second, func() bool {
+		entries = nil
+		b, _ := os.ReadFile(filepath.Join(d.StateDir, "audit.log"))
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			var e audit.Entry
+			if json.Unmarshal(line, &e) == nil && e.RunID != "" {
+				entries = append(entries, &e)
+			}
+		}
+		return len(entries) == 2
+	}) {
+		t.Fatalf("the runs of callers that do not read did not end: %d audit lines\n%s", len(entries), d.Log())
+	}
+	for _, e := range entries {
+		if e.Outcome != "canceled" || e.Error == nil || !strings.Contains(e.Error.Message, "the caller stopped reading the run's stream") {
+			t.Errorf("audit: outcome %s error %+v", e.Outcome, e.Error)
+		}
+		if len(e.ToolCalls) > 0 && e.ToolCalls[0].Outcome != api.ToolCanceled {
+			t.Errorf("audit: tool calls %+v", e.ToolCalls)
+		}
+	}
+	mine := func(name string) bool { return name == cgroupName(t) }
+	if !waitFor(10*time.Second, func() bool { return len(ownRunCgroups(mine)) == 0 && len(ownRunProcesses(mine)) == 0 }) {
+		t.Errorf("left after the runs: cgroups %v processes %v", ownRunCgroups(mine), ownRunProcesses(mine))
+	}
+	runOK(t, d, &api.RunRequest{Code: "print(1)"})
+}

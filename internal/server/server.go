@@ -279,7 +279,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var sw *streamWriter
 	var onOutput func(string, []byte)
 	if stream {
-		sw = newStreamWriter(w)
+		sw = newStreamWriter(w, cancel)
 		onOutput = sw.output
 	}
 	res, err := s.execute(tools.open(ctx, s, id, peer, sw), peer, id, req, limits, onOutput)
@@ -292,6 +292,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		res = &api.Result{Error: api.Errorf(api.ErrCanceled, "", "the run was cancelled")}
 	default:
 		res = &api.Result{Error: s.callerError(err, id, peer)}
+	}
+	if sw != nil {
+		res = sw.explain(res)
 	}
 	if res.Phases != nil {
 		res.Phases.QueueUs = queueTime.Microseconds()
@@ -318,7 +321,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if res.Error != nil {
 		status = StatusOf(res.Error.Type)
 	}
-	writeJSON(w, status, res)
+	writeResult(w, status, res)
 }
 
 // refuse answers a run request that will not be carried out, and tells the

@@ -83,7 +83,7 @@ func (t *runTools) open(ctx context.Context, s *Server, id string, peer peercred
 	if t == nil {
 		return ctx
 	}
-	t.relay = s.tools.Open(t.tools, id, peer, func(c api.ToolCall) error { return sw.toolCall(id, c) }, s.log)
+	t.relay = s.tools.Open(t.tools, id, peer, func(ctx context.Context, c api.ToolCall) error { return sw.toolCall(ctx, id, c) }, s.log)
 	return toolrelay.NewContext(ctx, t.relay)
 }
 
@@ -101,21 +101,16 @@ func (t *runTools) finish(res *api.Result, rec *record.Run) {
 	rec.ToolCalls, rec.ToolCallsOverCap = records, over
 }
 
-// toolCall sends a tool call to the caller as an event.
-func (s *streamWriter) toolCall(run string, c api.ToolCall) error {
+// toolCall sends a tool call to the caller as an event, unless ctx (the
+// relay's) ended while it waited for the stream.
+func (s *streamWriter) toolCall(ctx context.Context, run string, c api.ToolCall) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed {
 		return errStreamGone
 	}
-	s.start()
-	if err := s.enc.Encode(api.Event{RunID: run, ToolCall: &c}); err != nil {
-		s.failed = true
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.rc.Flush(); err != nil {
-		s.failed = true
-		return err
-	}
-	return nil
+	return s.write(api.Event{RunID: run, ToolCall: &c})
 }

@@ -152,7 +152,7 @@ type Relay struct {
 	tools *Tools
 	runID string
 	owner uint32
-	emit  func(api.ToolCall) error
+	emit  func(context.Context, api.ToolCall) error
 	log   *slog.Logger
 	reg   *Registry
 
@@ -405,19 +405,34 @@ func (r *Relay) check(cl *call, timeout <-chan time.Time) (a answer, ok bool) {
 }
 
 // send sends cl to the caller and waits for its answer, its timeout or
-// the end of the run.
+// the end of the run. The write to the caller is not waited for once the
+// call ends otherwise: the stream bounds it, and the relay's end does
+// not wait for a caller that does not read.
 func (r *Relay) send(cl *call, timeout <-chan time.Time, limit time.Duration) answer {
 	r.mu.Lock()
 	r.records[cl.index].ID = cl.id
 	r.pending[cl.id] = cl
+	arguments := cl.arguments
+	cl.arguments = nil // the writer's from here
 	r.mu.Unlock()
-	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
-	r.mu.Lock()
-	r.unsent -= int64(len(cl.arguments))
-	cl.arguments = nil // written: the call no longer holds them
-	r.mu.Unlock()
-	if err != nil {
-		return r.end(cl, answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()})
+	sent := make(chan error, 1)
+	go func() {
+		err := r.emit(r.ctx, api.ToolCall{ID: cl.id, Name: cl.name, Arguments: arguments, TimeoutMs: r.tools.caps.TimeoutMs})
+		r.mu.Lock()
+		r.unsent -= int64(len(arguments)) // written, or never to be
+		r.mu.Unlock()
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			return r.end(cl, answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()})
+		}
+	case <-timeout:
+		why := fmt.Sprintf("the run's caller did not take the call within %v (tool_limits.timeout_ms): it does not read its stream", limit)
+		return r.end(cl, answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why})
+	case <-r.ctx.Done():
+		return r.end(cl, answer{outcome: api.ToolCanceled, reason: "the run ended before the call was sent"})
 	}
 	select {
 	case a := <-cl.answer:

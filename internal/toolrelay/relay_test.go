@@ -1,6 +1,7 @@
 package toolrelay
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,7 @@ func newJail(t *testing.T, req *api.RunRequest, cfg Config) *jail {
 		t.Fatalf("Prepare: %v", aerr)
 	}
 	j := &jail{t: t, results: map[string]map[string]any{}, got: make(chan string, 1000), events: make(chan api.ToolCall, 1000), reg: NewRegistry()}
-	j.relay = j.reg.Open(tools, "r1", owner, func(c api.ToolCall) error { j.events <- c; return nil }, nil)
+	j.relay = j.reg.Open(tools, "r1", owner, func(_ context.Context, c api.ToolCall) error { j.events <- c; return nil }, nil)
 	j.relay.Start(j.reply)
 	t.Cleanup(j.relay.Close)
 	return j
@@ -394,7 +395,7 @@ func TestStopCancelsWaitingCalls(t *testing.T) {
 func TestEmitFailureFailsTheCall(t *testing.T) {
 	tools, _ := Prepare(addReq(), DefaultConfig())
 	reg := NewRegistry()
-	r := reg.Open(tools, "r1", owner, func(api.ToolCall) error { return errors.New("broken pipe") }, nil)
+	r := reg.Open(tools, "r1", owner, func(context.Context, api.ToolCall) error { return errors.New("broken pipe") }, nil)
 	got := make(chan []byte, 1)
 	r.Start(func(f []byte) { got <- f })
 	r.Call([]byte(`{"type":"tool_call","id":"c1","name":"any","arguments":{}}`))
@@ -477,7 +478,7 @@ func TestUnsentArgumentsAreBounded(t *testing.T) {
 	reg := NewRegistry()
 	stuck := make(chan struct{})
 	// A caller that does not read its stream: every call stays unsent.
-	r := reg.Open(tools, "r1", owner, func(api.ToolCall) error { <-stuck; return errors.New("gone") }, nil)
+	r := reg.Open(tools, "r1", owner, func(context.Context, api.ToolCall) error { <-stuck; return errors.New("gone") }, nil)
 	var mu sync.Mutex
 	var refused []string
 	r.Start(func(f []byte) {
@@ -530,5 +531,45 @@ func TestAnswerOrTimeoutNotBoth(t *testing.T) {
 	timedOut := aerr != nil && aerr.Type == api.ErrNotFound && m["ok"] == false && calls[0].Outcome == api.ToolTimeout
 	if !answered && !timedOut {
 		t.Errorf("the answer got %v; the code got %v; the report says %+v", aerr, m, calls)
+	}
+}
+
+// TestStuckWritesHoldNothing: a call whose write to the caller does not
+// return times out on its own, and the relay's end does not wait for the
+// write.
+func TestStuckWritesHoldNothing(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{TimeoutMs: 100}
+	tools, aerr := Prepare(req, DefaultConfig())
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	writing := make(chan struct{}, 2)
+	r := NewRegistry().Open(tools, "r1", owner, func(context.Context, api.ToolCall) error {
+		writing <- struct{}{}
+		<-stuck
+		return errors.New("gone")
+	}, nil)
+	replies := make(chan string, 2)
+	r.Start(func(f []byte) { replies <- string(f) })
+	r.Call([]byte(`{"type":"tool_call","id":"c1","name":"add","arguments":{"x":1,"y":2}}`))
+	if f := <-replies; !strings.Contains(f, `the run's caller did not take the call within 100ms`) {
+		t.Errorf("reply %s", f)
+	}
+	r.Call([]byte(`{"type":"tool_call","id":"c2","name":"add","arguments":{"x":1,"y":2}}`))
+	<-writing
+	<-writing
+	stopped := make(chan struct{})
+	go func() { r.Close(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay's end waited for a write to the caller")
+	}
+	calls, _, _, _ := r.Report()
+	if len(calls) != 2 || calls[0].Outcome != api.ToolTimeout || calls[1].Outcome != api.ToolCanceled {
+		t.Errorf("%+v", calls)
 	}
 }
