@@ -90,6 +90,9 @@ type CodeTools struct {
 	// declaredBytes is the size of the callable tools' descriptions and
 	// schemas.
 	declaredBytes int
+	// schemaBytes is the size of their schemas (api.MaxToolSchemasBytes
+	// bounds it: past it, tools are declared without theirs).
+	schemaBytes int
 }
 
 type codeServer struct {
@@ -242,6 +245,10 @@ func (ct *CodeTools) add(s *codeServer, listed []mcp.Tool, cfg CodeToolsConfig) 
 		desc := strings.ToValidUTF8(strings.ReplaceAll(strings.TrimSpace(t.Description), "\x00", ""), "\ufffd")
 		tool := &codeTool{name: name, server: s, remote: t.Name, description: cut(desc, api.MaxToolDescription)}
 		tool.schema = usableSchema(t)
+		if tool.schema != nil && ct.schemaBytes+len(tool.schema) > api.MaxToolSchemasBytes {
+			// A run's schemas are bounded together.
+			tool.schema = nil
+		}
 		if tool.schema == nil {
 			ct.log.Info("an MCP tool's input schema cannot be checked here; its server checks the arguments", "tool", name)
 		}
@@ -250,6 +257,7 @@ func (ct *CodeTools) add(s *codeServer, listed []mcp.Tool, cfg CodeToolsConfig) 
 			continue
 		} else {
 			ct.declaredBytes += size
+			ct.schemaBytes += len(tool.schema)
 		}
 		ct.tools = append(ct.tools, tool)
 		ct.byName[name] = tool

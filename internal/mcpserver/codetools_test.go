@@ -299,7 +299,7 @@ func TestDeclaredToolsPassValidation(t *testing.T) {
 		// Its checks would double at each level of the arguments.
 		{Name: "costly", RawInputSchema: json.RawMessage(`{"$defs": {"a": {"anyOf": [{"items": {"$ref": "#/$defs/a"}}, {"items": {"$ref": "#/$defs/a"}}]}}, "$ref": "#/$defs/a"}`)},
 	}
-	for i := range 20 {
+	for i := range 150 {
 		listed = append(listed, mcp.Tool{Name: fmt.Sprintf("big%d", i), Description: strings.Repeat("x", 20000), RawInputSchema: json.RawMessage(big)})
 	}
 	ct.add(&codeServer{name: "s"}, listed, CodeToolsConfig{Allow: []string{"*"}})
@@ -316,5 +316,9 @@ func TestDeclaredToolsPassValidation(t *testing.T) {
 	}
 	if len(ct.refused) == 0 {
 		t.Error("nothing refused past the size bound")
+	}
+	// The schemas past their bound together are left out, not the tools.
+	if ct.byName["s__big0"].schema == nil || ct.byName["s__big5"].schema != nil || ct.byName["s__big50"] == nil {
+		t.Errorf("big tools: %v %v %v", ct.byName["s__big0"], ct.byName["s__big5"], ct.byName["s__big50"])
 	}
 }

@@ -243,9 +243,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
 	}
 	stream := r.Header.Get("Accept") == api.StreamContentType
-	var tools *runTools
 	if aerr == nil {
-		tools, aerr = s.prepareTools(req, stream)
+		aerr = s.checkTools(req, stream)
 	}
 	if aerr == nil {
 		aerr = s.checkRunFiles(req, limits)
@@ -268,6 +267,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.inflight.Done()
+	tools, aerr := s.prepareTools(req)
+	if aerr != nil {
+		s.refuse(w, peer, req, started, aerr)
+		return
+	}
 
 	// The run ends when the caller goes away or when shutdown kills it.
 	ctx, cancel := context.WithCancel(r.Context())

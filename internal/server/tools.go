@@ -62,17 +62,29 @@ type runTools struct {
 	relay *toolrelay.Relay
 }
 
-// prepareTools checks req's tools; stream says whether its caller asked
-// for a stream, which a run with tools needs.
-func (s *Server) prepareTools(req *api.RunRequest, stream bool) (*runTools, *api.Error) {
+// checkTools makes the checks of req's tools that cost nothing, before
+// the run is admitted: stream says whether its caller asked for a
+// stream, which a run with tools needs, and its tool_limits must be
+// within the maxima.
+func (s *Server) checkTools(req *api.RunRequest, stream bool) *api.Error {
+	if len(req.Tools) == 0 {
+		return nil
+	}
+	if !stream {
+		return api.Errorf(api.ErrBadRequest, "tools", "a run that declares tools must be streamed (Accept: %s): "+
+			"each call comes to the caller as an event of the stream, and the caller answers it with POST %s",
+			api.StreamContentType, api.PathToolCalls)
+	}
+	_, aerr := req.ToolLimits.Resolve(s.cfg.Tools.Defaults, s.cfg.Tools.Maxima)
+	return aerr
+}
+
+// prepareTools compiles req's input schemas (which checkTools passed),
+// once the run holds a slot: compiling costs time.
+func (s *Server) prepareTools(req *api.RunRequest) (*runTools, *api.Error) {
 	tools, aerr := toolrelay.Prepare(req, s.cfg.Tools)
 	if aerr != nil || tools == nil {
 		return nil, aerr
-	}
-	if !stream {
-		return nil, api.Errorf(api.ErrBadRequest, "tools", "a run that declares tools must be streamed (Accept: %s): "+
-			"each call comes to the caller as an event of the stream, and the caller answers it with POST %s",
-			api.StreamContentType, api.PathToolCalls)
 	}
 	return &runTools{tools: tools}, nil
 }

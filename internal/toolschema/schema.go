@@ -24,8 +24,17 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// maxSchemas bounds the cache of compiled input schemas.
-const maxSchemas = 512
+// The cache of compiled input schemas. A schema compiles to about 20
+// times its size in memory (and 256 KiB of it takes a third of a second
+// of CPU), so the cache is bounded by the size of what it holds.
+const (
+	// cacheBytes bounds the sizes of the schemas cached, together:
+	// some 80 MiB compiled.
+	cacheBytes = 4 << 20
+	// maxCachedSchema is the largest schema cached: larger ones are
+	// compiled for each run that declares them.
+	maxCachedSchema = 32 << 10
+)
 
 // Schema is an input schema ready to check arguments with, and what
 // checking them may cost.
@@ -44,7 +53,13 @@ var ErrRefused = errors.New("the daemon will not check arguments against it")
 type schemaCache struct {
 	mu    sync.Mutex
 	byKey map[[32]byte]*Schema
-	order [][32]byte
+	order []cached // oldest first
+	bytes int      // the sizes of the schemas in order
+}
+
+type cached struct {
+	key  [32]byte
+	size int
 }
 
 var schemas = &schemaCache{byKey: map[[32]byte]*Schema{}}
@@ -90,7 +105,7 @@ func Compile(raw []byte) (*Schema, error) {
 		return nil, err
 	}
 	cs := &Schema{schema: s, cost: cost}
-	schemas.put(key, cs)
+	schemas.put(key, len(raw), cs)
 	return cs, nil
 }
 
@@ -100,18 +115,23 @@ func (c *schemaCache) get(key [32]byte) *Schema {
 	return c.byKey[key]
 }
 
-func (c *schemaCache) put(key [32]byte, s *Schema) {
+func (c *schemaCache) put(key [32]byte, size int, s *Schema) {
+	if size > maxCachedSchema {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.byKey[key]; ok {
 		return
 	}
-	if len(c.order) >= maxSchemas {
-		delete(c.byKey, c.order[0])
+	for len(c.order) > 0 && c.bytes+size > cacheBytes {
+		delete(c.byKey, c.order[0].key)
+		c.bytes -= c.order[0].size
 		c.order = c.order[1:]
 	}
 	c.byKey[key] = s
-	c.order = append(c.order, key)
+	c.order = append(c.order, cached{key, size})
+	c.bytes += size
 }
 
 // Validate checks arguments (a JSON object, measured: see Measure and

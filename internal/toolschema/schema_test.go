@@ -113,3 +113,38 @@ func TestAdmit(t *testing.T) {
 		t.Error("a number out of range passed without a schema")
 	}
 }
+
+// TestCacheIsBoundedBySize: schemas over maxCachedSchema are not kept,
+// and the others only up to cacheBytes together.
+func TestCacheIsBoundedBySize(t *testing.T) {
+	schema := func(i, size int) []byte {
+		return []byte(fmt.Sprintf(`{"title": "%d", "description": "%s"}`, i, strings.Repeat("d", size)))
+	}
+	big := schema(0, maxCachedSchema)
+	a, err := Compile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := Compile(big); a == b {
+		t.Error("a schema over maxCachedSchema was cached")
+	}
+	small := schema(1, 1000)
+	a, _ = Compile(small)
+	if b, _ := Compile(small); a != b {
+		t.Error("a small schema was not cached")
+	}
+	for i := range 2 * cacheBytes / (maxCachedSchema / 2) {
+		if _, err := Compile(schema(i+2, maxCachedSchema/2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	schemas.mu.Lock()
+	n, bytes := len(schemas.byKey), schemas.bytes
+	schemas.mu.Unlock()
+	if bytes > cacheBytes || n != len(schemas.order) || n < cacheBytes/maxCachedSchema {
+		t.Errorf("the cache holds %d schemas of %d bytes", n, bytes)
+	}
+	if b, _ := Compile(small); a == b {
+		t.Error("the oldest schema was kept")
+	}
+}
