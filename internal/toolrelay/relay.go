@@ -196,7 +196,13 @@ type answer struct {
 	reason  string // the daemon's reason, for the record
 	size    int    // the answer's size as the caller sent it
 	sum     string
+	frame   []byte // the tool_result frame of a result (deliver makes it)
 }
+
+// maxReplyFrame is the largest tool_result frame the code can get (the
+// runner's bound on the daemon's frames and their header); smaller in
+// tests.
+var maxReplyFrame = runner.MaxDaemonFrame + 4
 
 // Declared implements nsjail.ToolRelay.
 func (r *Relay) Declared() ([]runner.Tool, runner.ToolLimits) {
@@ -347,11 +353,8 @@ func (r *Relay) serve(cl *call) {
 	if stopped || a.outcome == api.ToolCanceled && r.ctx.Err() != nil {
 		return
 	}
-	var frame []byte
-	var err error
-	if a.outcome == api.ToolOK {
-		frame, err = runner.EncodeToolResult(cl.jailID, true, a.result, "")
-	} else {
+	frame, err := a.frame, error(nil)
+	if frame == nil {
 		frame, err = runner.EncodeToolResult(cl.jailID, false, nil, a.errText)
 	}
 	if err != nil {
@@ -567,7 +570,21 @@ func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int,
 			why := fmt.Sprintf("the answer of %s was %d bytes, over the cap of %d (tool_limits.result_bytes)", cl.name, len(a.Result), limit)
 			ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: len(a.Result), sum: ans.sum}
 			aerr = api.Errorf(api.ErrTooLarge, "result", "is %d bytes, over the run's cap of %d (tool_limits.result_bytes); the call failed in the code", len(a.Result), limit)
+			break
 		}
+		// The frame that carries it to the code, made here so that the
+		// caller hears if it cannot be.
+		frame, err := runner.EncodeToolResult(cl.jailID, true, a.Result, "")
+		if err == nil && len(frame) > maxReplyFrame {
+			err = runner.ErrFrameTooLarge
+		}
+		if err != nil {
+			why := fmt.Sprintf("the answer of %s could not be passed to the code: %v", cl.name, err)
+			ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: len(a.Result), sum: ans.sum}
+			aerr = api.Errorf(api.ErrTooLarge, "result", "could not be passed to the code (%v); the call failed in the code", err)
+			break
+		}
+		ans.frame = frame
 	}
 	// Answered once, and the answer counts only if it came before the
 	// call ended (see end): then the call ends with it.

@@ -573,3 +573,37 @@ func TestStuckWritesHoldNothing(t *testing.T) {
 		t.Errorf("%+v", calls)
 	}
 }
+
+// TestAnswersReachTheCodeWhole: an answer of 3 MiB of "<" is a frame of
+// 3 MiB, which the code gets; an answer whose frame would still be over
+// the runner's bound fails the call in the code, and the caller is told.
+func TestAnswersReachTheCodeWhole(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{ResultBytes: 8 << 20}
+	j := newJail(t, req, DefaultConfig())
+	j.call("c1", "any", `{}`)
+	e := j.event()
+	big := strings.Repeat("<", 3<<20)
+	if aerr := j.answer(owner, e.ID, `{"result": "`+big+`"}`); aerr != nil {
+		t.Fatal(aerr)
+	}
+	if m := j.result("c1"); m["ok"] != true || m["result"] != big {
+		t.Fatalf("the code got ok %v and %d bytes", m["ok"], len(fmt.Sprint(m["result"])))
+	}
+	old := maxReplyFrame
+	maxReplyFrame = 1000
+	t.Cleanup(func() { maxReplyFrame = old })
+	j.call("c2", "any", `{}`)
+	e = j.event()
+	if aerr := j.answer(owner, e.ID, `{"result": "`+strings.Repeat("x", 2000)+`"}`); aerr == nil || aerr.Type != api.ErrTooLarge || aerr.Field != "result" {
+		t.Errorf("the caller was told %v", aerr)
+	}
+	if m := j.result("c2"); m["ok"] != false || !strings.Contains(m["error"].(string), "could not be passed to the code") {
+		t.Errorf("the code got %v", m)
+	}
+	j.relay.Stop()
+	calls, _, _, _ := j.relay.Report()
+	if calls[0].Outcome != api.ToolOK || calls[1].Outcome != api.ToolTooLarge {
+		t.Errorf("%+v", calls)
+	}
+}
