@@ -57,8 +57,11 @@ const (
 	// one call of the largest arguments allowed always fits.
 	unsentBytes = 32 << 20
 	// contentBytes bounds the arguments and answers a record keeps with
-	// KeepContent; larger ones keep only their size and hash.
-	contentBytes = 64 << 10
+	// KeepContent; larger ones keep only their size and hash. A run's
+	// records keep at most contentBudget of them in all, and none of a
+	// call the daemon refused before its caller heard of it.
+	contentBytes  = 64 << 10
+	contentBudget = 4 << 20
 )
 
 // Config is the daemon's side of tool calls.
@@ -173,6 +176,7 @@ type Relay struct {
 	busySince time.Time
 	busy      time.Duration
 	unsent    int64 // the arguments of calls not yet written to the caller
+	kept      int   // the content the records keep (KeepContent)
 }
 
 // call is one call that passed the checks Call makes at once: its
@@ -244,9 +248,6 @@ func (r *Relay) Call(payload []byte) {
 	sum := sha256.Sum256(c.Arguments)
 	rec := record.ToolCall{Name: boundName(c.Name), Started: now, Outcome: api.ToolRefused,
 		ArgumentBytes: len(c.Arguments), ArgumentSHA256: hex.EncodeToString(sum[:])}
-	if r.tools.keep && perr == nil && len(c.Arguments) <= contentBytes {
-		rec.Arguments = c.Arguments
-	}
 	_, rec.Declared = r.tools.schemas[c.Name]
 	r.records = append(r.records, rec)
 	inUse := r.jailIDs[c.ID]
@@ -345,7 +346,7 @@ func (r *Relay) serve(cl *call) {
 	if a.outcome == api.ToolErrored {
 		rec.Error = a.errText
 	}
-	if r.tools.keep && len(a.result) <= contentBytes {
+	if r.keepContent(len(a.result)) {
 		rec.Result = a.result
 	}
 	stopped, reply := r.stopped, r.reply
@@ -414,6 +415,9 @@ func (r *Relay) check(cl *call, timeout <-chan time.Time) (a answer, ok bool) {
 func (r *Relay) send(cl *call, timeout <-chan time.Time, limit time.Duration) answer {
 	r.mu.Lock()
 	r.records[cl.index].ID = cl.id
+	if r.keepContent(len(cl.arguments)) {
+		r.records[cl.index].Arguments = cl.arguments
+	}
 	r.pending[cl.id] = cl
 	arguments := cl.arguments
 	cl.arguments = nil // the writer's from here
@@ -511,6 +515,16 @@ func (r *Relay) Report() (calls []api.ToolCallReport, records []record.ToolCall,
 		busy += time.Since(r.busySince)
 	}
 	return calls, records, r.overCap, busy
+}
+
+// keepContent reports whether a record keeps n bytes of content (a
+// call's arguments or answer), and counts them. r.mu is held.
+func (r *Relay) keepContent(n int) bool {
+	if !r.tools.keep || n == 0 || n > contentBytes || r.kept+n > contentBudget {
+		return false
+	}
+	r.kept += n
+	return true
 }
 
 // unsentOver reports whether n more bytes of arguments would take the

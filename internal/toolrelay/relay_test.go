@@ -607,3 +607,45 @@ func TestAnswersReachTheCodeWhole(t *testing.T) {
 		t.Errorf("%+v", calls)
 	}
 }
+
+// TestKeptContentIsBounded: with KeepContent, the records keep no content
+// of calls refused before the caller heard of them, and at most
+// contentBudget of a run's calls in all.
+func TestKeptContentIsBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KeepContent = true
+	j := newJail(t, addReq(), cfg)
+	args := `{"pad": "` + strings.Repeat("p", 60<<10) + `"}`
+	for i := range 20 {
+		j.call(fmt.Sprint("r", i), "nope", args)
+		j.call(fmt.Sprint("s", i), "add", args)
+	}
+	for i := range 100 {
+		id := fmt.Sprint("c", i)
+		j.call(id, "any", args)
+		e := j.event()
+		if aerr := j.answer(owner, e.ID, `{"result": "`+strings.Repeat("r", 1000)+`"}`); aerr != nil {
+			t.Fatal(aerr)
+		}
+		j.result(id)
+	}
+	j.relay.Stop()
+	_, recs, _, _ := j.relay.Report()
+	kept, first := 0, true
+	for i, r := range recs {
+		if r.Outcome == api.ToolRefused && (r.Arguments != nil || r.Result != nil) {
+			t.Fatalf("record %d, refused, kept its content", i)
+		}
+		kept += len(r.Arguments) + len(r.Result)
+		if r.Outcome == api.ToolOK && r.Arguments == nil && first {
+			first = false
+			t.Logf("content kept up to call %d", i)
+		}
+	}
+	if kept > contentBudget || first {
+		t.Errorf("kept %d bytes; the budget is %d", kept, contentBudget)
+	}
+	if r := recs[len(recs)-1]; r.ArgumentBytes != len(args) || r.ArgumentSHA256 == "" {
+		t.Errorf("the last record: %+v", r)
+	}
+}
