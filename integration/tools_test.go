@@ -883,3 +883,20 @@ func TestToolsStalledCaller(t *testing.T) {
 	}
 	runOK(t, d, &api.RunRequest{Code: "print(1)"})
 }
+
+// TestToolsCLIResultsTheDaemonRefuses: a command that prints JSON whose
+// strings are not UTF-8 gets them repaired; one that prints JSON nested
+// deeper than the daemon takes fails the call at once, saying why.
+func TestToolsCLIResultsTheDaemonRefuses(t *testing.T) {
+	d := daemon(t)
+	out, errs, code := cli(t, d, "", "run", "--tool-timeout", "60s", "--tool", `bad=printf '"\377"'`,
+		"--tool", `deep=python3 -c 'print("[" * 70 + "]" * 70)'`, "-c", `import cellblock
+print(repr(cellblock.tools.bad()))
+try:
+    cellblock.tools.deep()
+except cellblock.ToolError as e:
+    print(e)`)
+	if code != 0 || out != "'\ufffd'\nthe tool's result could not be passed: result nests 70 deep; the most is 64\n" {
+		t.Errorf("exit %d stdout %q stderr %q", code, out, errs)
+	}
+}

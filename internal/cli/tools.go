@@ -157,10 +157,11 @@ func runToolCommand(ctx context.Context, t cliTool, call api.ToolCall, socket st
 
 // toolOutput is a command's standard output as a result: its JSON when it
 // is JSON (surrounding space aside), else a string of it without its last
-// line break.
+// line break. Bytes that are not UTF-8 become U+FFFD, inside JSON's
+// strings too (the only place valid JSON can have them).
 func toolOutput(out []byte) json.RawMessage {
 	if trimmed := bytes.TrimSpace(out); len(trimmed) > 0 && json.Valid(trimmed) {
-		return trimmed
+		return bytes.ToValidUTF8(trimmed, []byte("\ufffd"))
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(api.ValidUTF8(out), "\n"), "\r")
 	b, _ := json.Marshal(s)

@@ -163,6 +163,9 @@ func TestToolOutput(t *testing.T) {
 		"":             `""`,
 		"\xff\n":       "\"\ufffd\"",
 		"\"q\"\r\n":    `"q"`,
+		// JSON whose strings are not UTF-8: the daemon takes only UTF-8.
+		"\"\xff\"\n":          "\"\ufffd\"",
+		"{\"a\": \"x\xc3y\"}": "{\"a\": \"x\ufffdy\"}",
 	} {
 		if got := string(toolOutput([]byte(in))); got != want {
 			t.Errorf("toolOutput(%q) = %s, want %s", in, got, want)

@@ -288,3 +288,24 @@ func TestSchemasCompileOnlyForAdmittedRuns(t *testing.T) {
 		t.Fatalf("no slot: %d %+v", resp.StatusCode, r.Error)
 	}
 }
+
+// TestRefusedResultsFailTheCallAtOnce: a result the daemon does not take
+// (not UTF-8, nested too deep) is not left to time out: RunTools answers
+// the call with an error saying why.
+func TestRefusedResultsFailTheCallAtOnce(t *testing.T) {
+	for name, result := range map[string]string{
+		"not UTF-8": "\"\xff\"",
+		"too deep":  strings.Repeat("[", 70) + strings.Repeat("]", 70),
+	} {
+		d := servertest.Start(t, toolInfo, addRun)
+		res, err := client.New(d.Socket).RunTools(context.Background(), &api.RunRequest{Code: "x", Tools: []api.Tool{addTool}, ToolLimits: &api.ToolLimits{TimeoutMs: 20000}}, nil,
+			func(context.Context, api.ToolCall) (json.RawMessage, error) { return json.RawMessage(result), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(res.Stdout, "ToolError: the tool's result could not be passed: ") {
+			t.Errorf("%s: %q", name, res.Stdout)
+		}
+		t.Logf("%s: %s", name, res.Stdout)
+	}
+}
