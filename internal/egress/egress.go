@@ -88,6 +88,10 @@ type Config struct {
 	// Resolve looks a name up; nil uses the daemon's resolver. Tests may
 	// pin names with it.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Local reports whether an address is the host's own (the kernel
+	// delivers connections to it on the host); nil asks the kernel's
+	// routes (hostLocal). Such an address is private.
+	Local func(netip.Addr) (bool, error)
 	// OnDenial is told the reason (api.Deny*) of every denial, for
 	// metrics; nil for none.
 	OnDenial func(reason string)
@@ -117,6 +121,9 @@ func New(cfg Config) (*Egress, error) {
 		cfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
+	}
+	if cfg.Local == nil {
+		cfg.Local = hostLocal
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
