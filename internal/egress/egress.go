@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -119,7 +120,7 @@ func New(cfg Config) (*Egress, error) {
 	}
 	if cfg.Resolve == nil {
 		cfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", rooted(host))
 		}
 	}
 	if cfg.Local == nil {
@@ -132,6 +133,19 @@ func New(cfg Config) (*Egress, error) {
 		cfg.OnDenial = func(string) {}
 	}
 	return &Egress{cfg: cfg}, nil
+}
+
+// rooted is name as the resolver must look it up: with a final dot when
+// it has a dot at all, so that the resolver never tries it under the
+// search list's domains (a program allowed *.example.org must not reach
+// x.example.org.corp.internal). A name of one label stays as it is: the
+// operator allowed it by that name, and the hosts file knows localhost
+// only without the dot.
+func rooted(name string) string {
+	if strings.Contains(name, ".") && !strings.HasSuffix(name, ".") {
+		return name + "."
+	}
+	return name
 }
 
 // Describe is Info's one-line network policy.

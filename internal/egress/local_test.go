@@ -84,3 +84,22 @@ func TestHostLocalAsksTheKernel(t *testing.T) {
 	}()
 	<-done
 }
+
+// TestNamesAreLookedUpRooted: a name with a dot is looked up with a final
+// dot (never under the search list's domains), and localhost still
+// resolves from the hosts file.
+func TestNamesAreLookedUpRooted(t *testing.T) {
+	for name, want := range map[string]string{"x.example.org": "x.example.org.", "x.example.org.": "x.example.org.", "localhost": "localhost", "pypi": "pypi"} {
+		if got := rooted(name); got != want {
+			t.Errorf("rooted(%q) = %q, want %q", name, got, want)
+		}
+	}
+	e, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := e.cfg.Resolve(context.Background(), "localhost")
+	if err != nil || len(addrs) == 0 || !addrs[0].Unmap().IsLoopback() {
+		t.Errorf("localhost: %v %v", addrs, err)
+	}
+}
