@@ -46,7 +46,7 @@ func Measure(args []byte) (Shape, error) {
 	var sh Shape
 	level := 0 // the depth of the next value: how many containers are open
 	value := func(n int64) {
-		d := min(level, maxCostDepth)
+		d := min(max(level, 0), maxCostDepth) // in range whatever args are
 		sh.count[d]++
 		sh.bytes[d] += n
 		if d > 0 {
@@ -65,7 +65,7 @@ func Measure(args []byte) (Shape, error) {
 		case c == '"':
 			end := stringEnd(args, i)
 			if isKey(args, end) {
-				sh.bytes[min(level, maxCostDepth)] += int64(end - i)
+				sh.bytes[min(max(level, 0), maxCostDepth)] += int64(end - i)
 			} else {
 				value(int64(end - i))
 			}

@@ -20,6 +20,12 @@ func TestMeasureRefusesCostlyNumbers(t *testing.T) {
 	}
 }
 
+func TestMeasureTakesAnyBytes(t *testing.T) {
+	for _, b := range []string{"}}}]]", `"a": 1}}`, "[[[[", `"\`, "-", strings.Repeat("[", 100) + "1"} {
+		_, _ = Measure([]byte(b)) // no panic
+	}
+}
+
 func TestMeasureCountsByDepth(t *testing.T) {
 	sh, err := Measure([]byte(` { "a" : [ 1 , "xy\"z" , { "long_name_of_property" : null } ] , "b" : true } `))
 	if err != nil {
