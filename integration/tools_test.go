@@ -777,3 +777,126 @@ func grepLines(text, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// hugeNumbersCall is code that writes, on its runner's channel, a call of
+// tool n whose arguments are a megabyte of numbers the schema library
+// would take 20 ms each over (half an hour in all), then spins.
+const hugeNumbersCall = findRunnerChannel + `
+import json, struct
+args = '{"n": [' + ",".join(["1e999999"] * 110000) + ']}'
+b = ('{"type": "tool_call", "id": "h1", "name": "n", "arguments": ' + args + '}').encode()
+os.write(fd, struct.pack(">I", len(b)) + b)
+`
+
+var numbersTool = api.Tool{Name: "n", InputSchema: json.RawMessage(`{"type": "object", "properties": {"n": {"type": "array", "items": {"type": "integer"}}}}`)}
+
+// TestToolsHugeNumbers: such a call is refused at once, and neither the
+// run's timeout nor its end waits for it, in a run of its own or in a
+// session.
+func TestToolsHugeNumbers(t *testing.T) {
+	d := daemon(t)
+	never := func(ctx context.Context, call api.ToolCall) (json.RawMessage, error) {
+		t.Errorf("the caller got a call: %.100s", call.Arguments)
+		return nil, errors.New("no")
+	}
+	res := toolRun(t, d, &api.RunRequest{Tools: []api.Tool{numbersTool}, TimeoutMs: 3000, Code: hugeNumbersCall + `
+def read_exact(n):
+    buf = b""
+    while len(buf) < n:
+        buf += os.read(fd, n - len(buf))
+    return buf
+m = json.loads(read_exact(int.from_bytes(read_exact(4), "big")))
+print(m["id"], m["ok"], m["error"][:80], flush=True)
+while True:
+    pass
+`}, never)
+	if !res.TimedOut || res.Stdout != "h1 False the arguments of n: the number 1e999999 is beyond what the daemon checks: a numb\n" {
+		t.Fatalf("timed out %v stdout %q stderr %q error %+v", res.TimedOut, res.Stdout, res.Stderr, res.Error)
+	}
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Outcome != api.ToolRefused {
+		t.Errorf("tool_calls %+v", res.ToolCalls)
+	}
+	s := newSession(t, d, &api.SessionRequest{})
+	res = toolRun(t, d, &api.RunRequest{Session: s.ID, Tools: []api.Tool{numbersTool}, TimeoutMs: 3000, Code: hugeNumbersCall + `
+try:
+    while True:
+        pass
+except KeyboardInterrupt:
+    print("interrupted")
+`}, never)
+	if !res.TimedOut || res.Stdout != "interrupted\n" || res.Session == nil || res.Session.State != api.SessionAlive {
+		t.Fatalf("in a session: timed out %v stdout %q stderr %q session %+v", res.TimedOut, res.Stdout, res.Stderr, res.Session)
+	}
+	if len(res.ToolCalls) != 1 || res.ToolCalls[0].Outcome != api.ToolRefused {
+		t.Errorf("tool_calls %+v", res.ToolCalls)
+	}
+}
+
+// TestToolsStalledCaller: callers that stay connected but never read
+// their streams (one whose code waits for a tool call larger than the
+// socket holds, one whose code prints on and on) get their runs cancelled
+// and torn down once a write to them has waited 30 seconds, whatever the
+// runs' own timeouts; their slots go to the next run, and the daemon
+// shuts down cleanly.
+func TestToolsStalledCaller(t *testing.T) {
+	d := startDaemon(t, "--max-concurrent", "2", "--queue", "0")
+	long := &api.ToolLimits{TimeoutMs: 300000}
+	for _, req := range []*api.RunRequest{
+		{Tools: []api.Tool{echoTool}, ToolLimits: long, TimeoutMs: 300000, Code: "import cellblock\ncellblock.tools.echo(pad='x' * 900000)\nprint('answered')"},
+		{Tools: []api.Tool{echoTool}, ToolLimits: long, TimeoutMs: 300000, Code: "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"},
+	} {
+		conn, err := net.Dial("unix", d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		body, _ := json.Marshal(req)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: %s\r\nContent-Length: %d\r\n\r\n%s",
+			api.PathRuns, api.StreamContentType, len(body), body)
+		// It never reads.
+	}
+	var entries []*audit.Entry
+	if !waitFor(120*time.Second, func() bool {
+		entries = nil
+		b, _ := os.ReadFile(filepath.Join(d.StateDir, "audit.log"))
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			var e audit.Entry
+			if json.Unmarshal(line, &e) == nil && e.RunID != "" {
+				entries = append(entries, &e)
+			}
+		}
+		return len(entries) == 2
+	}) {
+		t.Fatalf("the runs of callers that do not read did not end: %d audit lines\n%s", len(entries), d.Log())
+	}
+	for _, e := range entries {
+		if e.Outcome != "canceled" || e.Error == nil || !strings.Contains(e.Error.Message, "the caller stopped reading the run's stream") {
+			t.Errorf("audit: outcome %s error %+v", e.Outcome, e.Error)
+		}
+		if len(e.ToolCalls) > 0 && e.ToolCalls[0].Outcome != api.ToolCanceled {
+			t.Errorf("audit: tool calls %+v", e.ToolCalls)
+		}
+	}
+	mine := func(name string) bool { return name == cgroupName(t) }
+	if !waitFor(10*time.Second, func() bool { return len(ownRunCgroups(mine)) == 0 && len(ownRunProcesses(mine)) == 0 }) {
+		t.Errorf("left after the runs: cgroups %v processes %v", ownRunCgroups(mine), ownRunProcesses(mine))
+	}
+	runOK(t, d, &api.RunRequest{Code: "print(1)"})
+}
+
+// TestToolsCLIResultsTheDaemonRefuses: a command that prints JSON whose
+// strings are not UTF-8 gets them repaired; one that prints JSON nested
+// deeper than the daemon takes fails the call at once, saying why.
+func TestToolsCLIResultsTheDaemonRefuses(t *testing.T) {
+	d := daemon(t)
+	out, errs, code := cli(t, d, "", "run", "--tool-timeout", "60s", "--tool", `bad=printf '"\377"'`,
+		"--tool", `deep=python3 -c 'print("[" * 70 + "]" * 70)'`, "-c", `import cellblock
+print(repr(cellblock.tools.bad()))
+try:
+    cellblock.tools.deep()
+except cellblock.ToolError as e:
+    print(e)`)
+	if code != 0 || out != "'\ufffd'\nthe tool's result could not be passed: result nests 70 deep; the most is 64\n" {
+		t.Errorf("exit %d stdout %q stderr %q", code, out, errs)
+	}
+}

@@ -37,6 +37,8 @@ const (
 	// how deep it nests.
 	MaxToolSchema      = 256 << 10
 	MaxToolSchemaDepth = 32
+	// MaxToolSchemasBytes bounds a request's input schemas together.
+	MaxToolSchemasBytes = 1 << 20
 	// MaxToolError bounds the error message of a failed call, in bytes;
 	// a longer one is cut.
 	MaxToolError = 4096
@@ -142,6 +144,7 @@ func (r *RunRequest) validateTools() *Error {
 		return Errorf(ErrBadRequest, "tools", "has %d entries; the maximum is %d", len(r.Tools), MaxTools)
 	}
 	seen := make(map[string]bool, len(r.Tools))
+	schemaBytes := 0
 	for i, t := range r.Tools {
 		field := fmt.Sprintf("tools[%d]", i)
 		if !ValidToolName(t.Name) {
@@ -162,6 +165,9 @@ func (r *RunRequest) validateTools() *Error {
 		}
 		if len(t.InputSchema) > MaxToolSchema {
 			return Errorf(ErrTooLarge, field+".input_schema", "is %d bytes; the maximum is %d", len(t.InputSchema), MaxToolSchema)
+		}
+		if schemaBytes += len(t.InputSchema); schemaBytes > MaxToolSchemasBytes {
+			return Errorf(ErrTooLarge, field+".input_schema", "takes the request's input schemas past %d bytes together", MaxToolSchemasBytes)
 		}
 		if !json.Valid(t.InputSchema) {
 			return Errorf(ErrBadRequest, field+".input_schema", "is not JSON")

@@ -24,6 +24,7 @@ func TestValidateTools(t *testing.T) {
 		{[]Tool{{Name: "a", InputSchema: json.RawMessage(`{`)}}, nil, "tools[0].input_schema", ErrBadRequest},
 		{[]Tool{{Name: "a", InputSchema: json.RawMessage(`[1]`)}}, nil, "tools[0].input_schema", ErrBadRequest},
 		{[]Tool{{Name: "a", InputSchema: json.RawMessage(strings.Repeat(`{"a":`, 40) + "1" + strings.Repeat("}", 40))}}, nil, "tools[0].input_schema", ErrBadRequest},
+		{fiveSchemas(), nil, "tools[4].input_schema", ErrTooLarge},
 		{nil, &ToolLimits{Calls: 1}, "tool_limits", ErrBadRequest},
 		{[]Tool{{Name: "a"}}, &ToolLimits{TimeoutMs: -1}, "tool_limits.timeout_ms", ErrBadRequest},
 	} {
@@ -45,6 +46,16 @@ func TestValidateTools(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid tools refused: %v", err)
 	}
+}
+
+// fiveSchemas are tools whose schemas are each within MaxToolSchema, but
+// over MaxToolSchemasBytes together.
+func fiveSchemas() []Tool {
+	var out []Tool
+	for i := range 5 {
+		out = append(out, Tool{Name: "t" + string(rune('a'+i)), InputSchema: json.RawMessage(`{"description": "` + strings.Repeat("d", MaxToolSchema-100) + `"}`)})
+	}
+	return out
 }
 
 func TestResolveToolLimits(t *testing.T) {

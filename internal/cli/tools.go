@@ -35,6 +35,11 @@ const (
 	// toolWaitDelay is how long a command's output is waited for after
 	// it exited or was killed (a process it left may hold the pipes).
 	toolWaitDelay = 2 * time.Second
+	// toolCommands is how many tool commands run at once: the code may
+	// make hundreds of calls at a time (up to the run's cap), each of
+	// which would be a shell holding up to toolStdoutBytes. The others
+	// wait for one to end, within their own time.
+	toolCommands = 8
 )
 
 // EnvTool names, in a tool command's environment, the tool it carries
@@ -96,10 +101,11 @@ func (o *runOptions) carryOut(ctx context.Context, inv *invocation, cl *client.C
 	switch {
 	case len(o.tools) > 0:
 		socket, _ := inv.socketPath()
+		running := make(chan struct{}, toolCommands)
 		return cl.RunTools(ctx, req, onOutput, func(ctx context.Context, call api.ToolCall) (json.RawMessage, error) {
 			for _, t := range o.tools {
 				if t.name == call.Name {
-					return runToolCommand(ctx, t, call, socket)
+					return runToolCommand(ctx, t, call, socket, running)
 				}
 			}
 			return nil, fmt.Errorf("cellblock run has no --tool %s", call.Name)
@@ -113,13 +119,23 @@ func (o *runOptions) carryOut(ctx context.Context, inv *invocation, cl *client.C
 
 // runToolCommand carries out one call of t: its command under /bin/sh -c
 // in a process group of its own, killed with the group when ctx ends (the
-// call's timeout, or the run's end).
-func runToolCommand(ctx context.Context, t cliTool, call api.ToolCall, socket string) (json.RawMessage, error) {
+// call's timeout, or the run's end), once one of running's slots is free.
+func runToolCommand(ctx context.Context, t cliTool, call api.ToolCall, socket string, running chan struct{}) (json.RawMessage, error) {
 	// Killed a little before the daemon gives up on the call, so that
 	// the code hears why.
 	limit := time.Duration(call.TimeoutMs) * time.Millisecond
 	ctx, cancel := context.WithTimeout(ctx, limit-min(limit/4, time.Second))
 	defer cancel()
+	select {
+	case running <- struct{}{}:
+		defer func() { <-running }()
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%s did not start within %s, the time a tool call may take: %d tool commands were running, the most cellblock run runs at once",
+				t.name, formatMillis(call.TimeoutMs), cap(running))
+		}
+		return nil, ctx.Err()
+	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", t.command)
 	cmd.Stdin = bytes.NewReader(call.Arguments)
 	cmd.Env = append(os.Environ(), EnvTool+"="+t.name, api.SocketEnv+"="+socket)
@@ -157,10 +173,11 @@ func runToolCommand(ctx context.Context, t cliTool, call api.ToolCall, socket st
 
 // toolOutput is a command's standard output as a result: its JSON when it
 // is JSON (surrounding space aside), else a string of it without its last
-// line break.
+// line break. Bytes that are not UTF-8 become U+FFFD, inside JSON's
+// strings too (the only place valid JSON can have them).
 func toolOutput(out []byte) json.RawMessage {
 	if trimmed := bytes.TrimSpace(out); len(trimmed) > 0 && json.Valid(trimmed) {
-		return trimmed
+		return bytes.ToValidUTF8(trimmed, []byte("\ufffd"))
 	}
 	s := strings.TrimSuffix(strings.TrimSuffix(api.ValidUTF8(out), "\n"), "\r")
 	b, _ := json.Marshal(s)

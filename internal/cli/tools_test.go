@@ -163,9 +163,51 @@ func TestToolOutput(t *testing.T) {
 		"":             `""`,
 		"\xff\n":       "\"\ufffd\"",
 		"\"q\"\r\n":    `"q"`,
+		// JSON whose strings are not UTF-8: the daemon takes only UTF-8.
+		"\"\xff\"\n":          "\"\ufffd\"",
+		"{\"a\": \"x\xc3y\"}": "{\"a\": \"x\ufffdy\"}",
 	} {
 		if got := string(toolOutput([]byte(in))); got != want {
 			t.Errorf("toolOutput(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// TestToolCommandsRunEightAtOnce: 24 calls at once run at most
+// toolCommands commands at a time; each command prints how many were
+// running when it started.
+func TestToolCommandsRunEightAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	d := newFakeDaemon(t, func(ctx context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
+		results := make(chan string, 24)
+		for range 24 {
+			go func() {
+				res, err := servertest.CallTool(ctx, "count", json.RawMessage(`{}`))
+				results <- fmt.Sprint(string(res), err)
+			}()
+		}
+		most := 0
+		for range 24 {
+			r := <-results
+			var n int
+			if _, err := fmt.Sscan(r, &n); err != nil {
+				return nil, fmt.Errorf("a call: %s", r)
+			}
+			most = max(most, n)
+		}
+		out := fmt.Sprintf("at most %d\n", most)
+		emit("stdout", out)
+		return &api.Result{Stdout: out, Phases: &api.Phases{}}, nil
+	})
+	count := fmt.Sprintf(`count=mkdir %[1]s/$$; ls %[1]s | wc -l; sleep 0.2; rmdir %[1]s/$$`, dir)
+	got := runCLI(context.Background(), "", nil, "run", "--socket", d.socket, "--tool", count, "-c", "x")
+	if got.code != 0 || !strings.HasPrefix(got.stdout, "at most ") {
+		t.Fatalf("exit %d stdout %q stderr %q", got.code, got.stdout, got.stderr)
+	}
+	var most int
+	fmt.Sscanf(got.stdout, "at most %d", &most)
+	if most < 1 || most > toolCommands {
+		t.Errorf("%d commands ran at once; the most is %d", most, toolCommands)
+	}
+	t.Logf("%d at once", most)
 }

@@ -40,7 +40,18 @@ func (c *Client) RunTools(ctx context.Context, req *api.RunRequest, onOutput fun
 			a := answerOf(tool(callCtx, call))
 			// The run may be over by now (its daemon then says
 			// not_found): there is nobody left to tell.
-			_ = c.AnswerToolCall(runCtx, run, call.ID, a)
+			err := c.AnswerToolCall(runCtx, run, call.ID, a)
+			var aerr *api.Error
+			if a.Error == nil && errors.As(err, &aerr) && aerr.Type == api.ErrBadRequest {
+				// A result the daemon does not take (not UTF-8, nested
+				// too deep): the code hears why now, not at the call's
+				// timeout.
+				msg := "the tool's result could not be passed: " + aerr.Message
+				if aerr.Field != "" {
+					msg = "the tool's result could not be passed: " + aerr.Field + " " + aerr.Message
+				}
+				_ = c.AnswerToolCall(runCtx, run, call.ID, api.ToolAnswer{Error: &msg})
+			}
 		}()
 	})
 }

@@ -76,10 +76,52 @@ func classify(a netip.Addr) class {
 	if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() || a.Zone() != "" || inAny(a, forbiddenNets) {
 		return forbidden
 	}
-	if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || inAny(a, specialNets) {
+	if a.IsLoopback() {
 		return private
 	}
+	if a.IsPrivate() || a.IsLinkLocalUnicast() || inAny(a, specialNets) {
+		// An IPv6 address that carries an IPv4 one may reach it (through
+		// a NAT64 gateway, a 6to4 or Teredo relay): it is no better.
+		c := private
+		for _, v4 := range embeddedIPv4(a) {
+			c = max(c, classify(v4))
+		}
+		return c
+	}
 	return public
+}
+
+// The IPv6 ranges that carry an IPv4 address, and where.
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052: the last 32 bits
+	nat64Any  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215: as RFC 6052 places it, for any prefix length
+	v4compat  = netip.MustParsePrefix("::/96")          // the last 32 bits
+	sixToFour = netip.MustParsePrefix("2002::/16")      // bits 16-47
+	teredo    = netip.MustParsePrefix("2001::/32")      // the server's in bits 32-63, the client's inverted in the last 32
+)
+
+// embeddedIPv4 is the IPv4 addresses an IPv6 address of a transition
+// range carries (every place one may be, when its range allows several).
+func embeddedIPv4(a netip.Addr) []netip.Addr {
+	if !a.Is6() {
+		return nil
+	}
+	b := a.As16()
+	at := func(i, j, k, l int) netip.Addr { return netip.AddrFrom4([4]byte{b[i], b[j], b[k], b[l]}) }
+	switch {
+	case nat64.Contains(a) || v4compat.Contains(a):
+		return []netip.Addr{at(12, 13, 14, 15)}
+	case nat64Any.Contains(a):
+		// RFC 6052's formats for /48, /56, /64 and /96 prefixes (bits
+		// 64-71 are the "u" octet, never part of the address).
+		return []netip.Addr{at(6, 7, 9, 10), at(7, 9, 10, 11), at(9, 10, 11, 12), at(12, 13, 14, 15)}
+	case sixToFour.Contains(a):
+		return []netip.Addr{at(2, 3, 4, 5)}
+	case teredo.Contains(a):
+		client := netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]})
+		return []netip.Addr{at(4, 5, 6, 7), client}
+	}
+	return nil
 }
 
 func inAny(a netip.Addr, nets []netip.Prefix) bool {

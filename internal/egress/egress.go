@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -88,6 +89,10 @@ type Config struct {
 	// Resolve looks a name up; nil uses the daemon's resolver. Tests may
 	// pin names with it.
 	Resolve func(ctx context.Context, host string) ([]netip.Addr, error)
+	// Local reports whether an address is the host's own (the kernel
+	// delivers connections to it on the host); nil asks the kernel's
+	// routes (hostLocal). Such an address is private.
+	Local func(netip.Addr) (bool, error)
 	// OnDenial is told the reason (api.Deny*) of every denial, for
 	// metrics; nil for none.
 	OnDenial func(reason string)
@@ -115,8 +120,11 @@ func New(cfg Config) (*Egress, error) {
 	}
 	if cfg.Resolve == nil {
 		cfg.Resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", rooted(host))
 		}
+	}
+	if cfg.Local == nil {
+		cfg.Local = hostLocal
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -125,6 +133,19 @@ func New(cfg Config) (*Egress, error) {
 		cfg.OnDenial = func(string) {}
 	}
 	return &Egress{cfg: cfg}, nil
+}
+
+// rooted is name as the resolver must look it up: with a final dot when
+// it has a dot at all, so that the resolver never tries it under the
+// search list's domains (a program allowed *.example.org must not reach
+// x.example.org.corp.internal). A name of one label stays as it is: the
+// operator allowed it by that name, and the hosts file knows localhost
+// only without the dot.
+func rooted(name string) string {
+	if strings.Contains(name, ".") && !strings.HasSuffix(name, ".") {
+		return name + "."
+	}
+	return name
 }
 
 // Describe is Info's one-line network policy.

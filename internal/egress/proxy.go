@@ -292,7 +292,18 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, error) {
 	worst := public
 	for _, a := range found {
 		a = a.Unmap()
-		switch c := classify(a); {
+		c := classify(a)
+		if c == public {
+			// The host's own address is no public host.
+			local, err := p.e.cfg.Local(a)
+			if err != nil {
+				p.log.Warn("look up the route to an address; it is refused as private", "addr", a, "err", err)
+			}
+			if local || err != nil {
+				c = private
+			}
+		}
+		switch {
 		case c == forbidden:
 			worst = forbidden
 		case c == private && !p.pol.allowPrivate:
@@ -309,7 +320,7 @@ func (p *Proxy) addresses(ctx context.Context, t target) ([]netip.Addr, error) {
 			why: fmt.Sprintf("its address %s is one nothing in a jail may reach (a cloud metadata endpoint, or no single host)", addrList(found))}
 	case worst == private:
 		return nil, &denial{host: t.label(), port: t.port, reason: api.DenyPrivateAddress,
-			why: fmt.Sprintf("its address %s is loopback, private or special-purpose, which cellblockd refuses without --network-allow-private", addrList(found))}
+			why: fmt.Sprintf("its address %s is loopback, private, special-purpose or this host's own, which cellblockd refuses without --network-allow-private", addrList(found))}
 	}
 	return nil, fmt.Errorf("%s has no address", t.host)
 }

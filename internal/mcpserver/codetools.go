@@ -19,9 +19,9 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/toolschema"
 )
 
 // MCP "code mode": cellblock-mcp --mcp-config FILE connects to the MCP
@@ -90,6 +90,9 @@ type CodeTools struct {
 	// declaredBytes is the size of the callable tools' descriptions and
 	// schemas.
 	declaredBytes int
+	// schemaBytes is the size of their schemas (api.MaxToolSchemasBytes
+	// bounds it: past it, tools are declared without theirs).
+	schemaBytes int
 }
 
 type codeServer struct {
@@ -242,6 +245,10 @@ func (ct *CodeTools) add(s *codeServer, listed []mcp.Tool, cfg CodeToolsConfig) 
 		desc := strings.ToValidUTF8(strings.ReplaceAll(strings.TrimSpace(t.Description), "\x00", ""), "\ufffd")
 		tool := &codeTool{name: name, server: s, remote: t.Name, description: cut(desc, api.MaxToolDescription)}
 		tool.schema = usableSchema(t)
+		if tool.schema != nil && ct.schemaBytes+len(tool.schema) > api.MaxToolSchemasBytes {
+			// A run's schemas are bounded together.
+			tool.schema = nil
+		}
 		if tool.schema == nil {
 			ct.log.Info("an MCP tool's input schema cannot be checked here; its server checks the arguments", "tool", name)
 		}
@@ -250,6 +257,7 @@ func (ct *CodeTools) add(s *codeServer, listed []mcp.Tool, cfg CodeToolsConfig) 
 			continue
 		} else {
 			ct.declaredBytes += size
+			ct.schemaBytes += len(tool.schema)
 		}
 		ct.tools = append(ct.tools, tool)
 		ct.byName[name] = tool
@@ -309,8 +317,9 @@ func codeName(s string) string {
 	return strings.TrimRight(b.String(), "_")
 }
 
-// usableSchema is t's input schema when the daemon can compile it (it
-// refuses a run whose schema does not compile), else nil: the server
+// usableSchema is t's input schema when the daemon takes it (it refuses
+// a run whose schema does not compile, or could cost it too much to
+// check arguments against: toolschema.Compile), else nil: the server
 // checks the arguments anyway.
 func usableSchema(t mcp.Tool) json.RawMessage {
 	raw := t.RawInputSchema
@@ -321,27 +330,14 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		}
 		raw = b
 	}
-	if len(raw) > api.MaxToolSchema || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
+	if len(raw) > api.MaxToolSchema || !json.Valid(raw) || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
 		return nil
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
-	if err != nil {
-		return nil
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(refuseLoader{})
-	if c.AddResource("mem://tool.json", doc) != nil {
-		return nil
-	}
-	if _, err := c.Compile("mem://tool.json"); err != nil {
+	if _, err := toolschema.Compile(raw); err != nil {
 		return nil
 	}
 	return raw
 }
-
-type refuseLoader struct{}
-
-func (refuseLoader) Load(string) (any, error) { return nil, errors.New("no remote schemas") }
 
 // Close ends the connections (and the stdio servers' processes).
 func (ct *CodeTools) Close() {

@@ -296,8 +296,10 @@ func TestDeclaredToolsPassValidation(t *testing.T) {
 		{Name: "nul", Description: "a\x00b\xff", RawInputSchema: json.RawMessage(`{"type":"object"}`)},
 		{Name: "deep", RawInputSchema: json.RawMessage(deep)},
 		{Name: "remote", RawInputSchema: json.RawMessage(`{"$ref":"https://example.org/s.json"}`)},
+		// Its checks would double at each level of the arguments.
+		{Name: "costly", RawInputSchema: json.RawMessage(`{"$defs": {"a": {"anyOf": [{"items": {"$ref": "#/$defs/a"}}, {"items": {"$ref": "#/$defs/a"}}]}}, "$ref": "#/$defs/a"}`)},
 	}
-	for i := range 20 {
+	for i := range 150 {
 		listed = append(listed, mcp.Tool{Name: fmt.Sprintf("big%d", i), Description: strings.Repeat("x", 20000), RawInputSchema: json.RawMessage(big)})
 	}
 	ct.add(&codeServer{name: "s"}, listed, CodeToolsConfig{Allow: []string{"*"}})
@@ -309,10 +311,14 @@ func TestDeclaredToolsPassValidation(t *testing.T) {
 	if len(body) > api.MaxRequestBytes {
 		t.Errorf("the request is %d bytes", len(body))
 	}
-	if ct.byName["s__deep"].schema != nil || ct.byName["s__remote"].schema != nil || ct.byName["s__nul"].description != "ab\ufffd" {
-		t.Errorf("tools %+v %+v %+v", ct.byName["s__deep"], ct.byName["s__remote"], ct.byName["s__nul"])
+	if ct.byName["s__deep"].schema != nil || ct.byName["s__remote"].schema != nil || ct.byName["s__costly"].schema != nil || ct.byName["s__nul"].description != "ab\ufffd" {
+		t.Errorf("tools %+v %+v %+v %+v", ct.byName["s__deep"], ct.byName["s__remote"], ct.byName["s__costly"], ct.byName["s__nul"])
 	}
 	if len(ct.refused) == 0 {
 		t.Error("nothing refused past the size bound")
+	}
+	// The schemas past their bound together are left out, not the tools.
+	if ct.byName["s__big0"].schema == nil || ct.byName["s__big5"].schema != nil || ct.byName["s__big50"] == nil {
+		t.Errorf("big tools: %v %v %v", ct.byName["s__big0"], ct.byName["s__big5"], ct.byName["s__big50"])
 	}
 }

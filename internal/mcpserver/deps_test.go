@@ -48,6 +48,9 @@ func TestBinaryDependencies(t *testing.T) {
 		"github.com/cellblock/cellblock/internal/client":    true,
 		"github.com/cellblock/cellblock/internal/mcpserver": true,
 		"github.com/cellblock/cellblock/internal/pep723":    true,
+		// The daemon's checks of input schemas, to declare only those
+		// it takes.
+		"github.com/cellblock/cellblock/internal/toolschema": true,
 		// The socket access check of --http unix:PATH (x/sys and os/user).
 		"github.com/cellblock/cellblock/internal/peercred": true,
 	}

@@ -255,9 +255,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		limits, aerr = req.Resolve(s.cfg.Defaults, s.cfg.Maxima)
 	}
 	stream := r.Header.Get("Accept") == api.StreamContentType
-	var tools *runTools
 	if aerr == nil {
-		tools, aerr = s.prepareTools(req, stream)
+		aerr = s.checkTools(req, stream)
 	}
 	if aerr == nil {
 		aerr = s.checkRunFiles(req, limits)
@@ -280,6 +279,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.inflight.Done()
+	tools, aerr := s.prepareTools(req)
+	if aerr != nil {
+		s.refuse(w, peer, req, started, aerr)
+		return
+	}
 
 	// The run ends when the caller goes away or when shutdown kills it.
 	ctx, cancel := context.WithCancel(r.Context())
@@ -291,7 +295,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	var sw *streamWriter
 	var onOutput func(string, []byte)
 	if stream {
-		sw = newStreamWriter(w)
+		sw = newStreamWriter(w, cancel)
 		onOutput = sw.output
 	}
 	res, err := s.execute(tools.open(ctx, s, id, peer, sw), peer, id, req, limits, onOutput)
@@ -304,6 +308,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		res = &api.Result{Error: api.Errorf(api.ErrCanceled, "", "the run was cancelled")}
 	default:
 		res = &api.Result{Error: s.callerError(err, id, peer)}
+	}
+	if sw != nil {
+		res = sw.explain(res)
 	}
 	if res.Phases != nil {
 		res.Phases.QueueUs = queueTime.Microseconds()
@@ -330,7 +337,7 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if res.Error != nil {
 		status = StatusOf(res.Error.Type)
 	}
-	writeJSON(w, status, res)
+	writeResult(w, status, res)
 }
 
 // refuse answers a run request that will not be carried out, and tells the

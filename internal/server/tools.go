@@ -62,17 +62,29 @@ type runTools struct {
 	relay *toolrelay.Relay
 }
 
-// prepareTools checks req's tools; stream says whether its caller asked
-// for a stream, which a run with tools needs.
-func (s *Server) prepareTools(req *api.RunRequest, stream bool) (*runTools, *api.Error) {
+// checkTools makes the checks of req's tools that cost nothing, before
+// the run is admitted: stream says whether its caller asked for a
+// stream, which a run with tools needs, and its tool_limits must be
+// within the maxima.
+func (s *Server) checkTools(req *api.RunRequest, stream bool) *api.Error {
+	if len(req.Tools) == 0 {
+		return nil
+	}
+	if !stream {
+		return api.Errorf(api.ErrBadRequest, "tools", "a run that declares tools must be streamed (Accept: %s): "+
+			"each call comes to the caller as an event of the stream, and the caller answers it with POST %s",
+			api.StreamContentType, api.PathToolCalls)
+	}
+	_, aerr := req.ToolLimits.Resolve(s.cfg.Tools.Defaults, s.cfg.Tools.Maxima)
+	return aerr
+}
+
+// prepareTools compiles req's input schemas (which checkTools passed),
+// once the run holds a slot: compiling costs time.
+func (s *Server) prepareTools(req *api.RunRequest) (*runTools, *api.Error) {
 	tools, aerr := toolrelay.Prepare(req, s.cfg.Tools)
 	if aerr != nil || tools == nil {
 		return nil, aerr
-	}
-	if !stream {
-		return nil, api.Errorf(api.ErrBadRequest, "tools", "a run that declares tools must be streamed (Accept: %s): "+
-			"each call comes to the caller as an event of the stream, and the caller answers it with POST %s",
-			api.StreamContentType, api.PathToolCalls)
 	}
 	return &runTools{tools: tools}, nil
 }
@@ -83,7 +95,7 @@ func (t *runTools) open(ctx context.Context, s *Server, id string, peer peercred
 	if t == nil {
 		return ctx
 	}
-	t.relay = s.tools.Open(t.tools, id, peer, func(c api.ToolCall) error { return sw.toolCall(id, c) }, s.log)
+	t.relay = s.tools.Open(t.tools, id, peer, func(ctx context.Context, c api.ToolCall) error { return sw.toolCall(ctx, id, c) }, s.log)
 	return toolrelay.NewContext(ctx, t.relay)
 }
 
@@ -101,21 +113,16 @@ func (t *runTools) finish(res *api.Result, rec *record.Run) {
 	rec.ToolCalls, rec.ToolCallsOverCap = records, over
 }
 
-// toolCall sends a tool call to the caller as an event.
-func (s *streamWriter) toolCall(run string, c api.ToolCall) error {
+// toolCall sends a tool call to the caller as an event, unless ctx (the
+// relay's) ended while it waited for the stream.
+func (s *streamWriter) toolCall(ctx context.Context, run string, c api.ToolCall) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed {
 		return errStreamGone
 	}
-	s.start()
-	if err := s.enc.Encode(api.Event{RunID: run, ToolCall: &c}); err != nil {
-		s.failed = true
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.rc.Flush(); err != nil {
-		s.failed = true
-		return err
-	}
-	return nil
+	return s.write(api.Event{RunID: run, ToolCall: &c})
 }

@@ -246,3 +246,66 @@ func TestInfoHasToolCaps(t *testing.T) {
 		t.Fatalf("info.tools %+v", info.Tools)
 	}
 }
+
+// TestSchemasCompileOnlyForAdmittedRuns: a run's input schemas cost the
+// daemon time to compile, so nothing is compiled for a request refused
+// for want of a stream or of a slot: it is told that, not what is wrong
+// with its schema.
+func TestSchemasCompileOnlyForAdmittedRuns(t *testing.T) {
+	info := toolInfo
+	info.MaxConcurrent, info.QueueSize = 1, 0
+	release := make(chan struct{})
+	defer close(release)
+	busy := make(chan struct{})
+	d := servertest.Start(t, info, func(ctx context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
+		close(busy)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &api.Result{Phases: &api.Phases{}}, nil
+	})
+	bad := []api.Tool{{Name: "t", InputSchema: json.RawMessage(`{"type": "strin"}`)}}
+	res, err := client.New(d.Socket).Run(context.Background(), &api.RunRequest{Code: "x", Tools: bad})
+	if err != nil || res.Error == nil || res.Error.Field != "tools" || !strings.Contains(res.Error.Message, "must be streamed") {
+		t.Fatalf("not streamed: %+v %v", res.Error, err)
+	}
+	go func() { _, _ = client.New(d.Socket).Run(context.Background(), &api.RunRequest{Code: "hold the slot"}) }()
+	<-busy
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.Socket)
+	}}}
+	hreq, _ := http.NewRequest("POST", "http://x"+api.PathRuns, strings.NewReader(`{"code": "x", "tools": [{"name": "t", "input_schema": {"type": "strin"}}]}`))
+	hreq.Header.Set("Accept", api.StreamContentType)
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r api.Result
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	if resp.StatusCode != http.StatusTooManyRequests || r.Error == nil || r.Error.Type != api.ErrBusy {
+		t.Fatalf("no slot: %d %+v", resp.StatusCode, r.Error)
+	}
+}
+
+// TestRefusedResultsFailTheCallAtOnce: a result the daemon does not take
+// (not UTF-8, nested too deep) is not left to time out: RunTools answers
+// the call with an error saying why.
+func TestRefusedResultsFailTheCallAtOnce(t *testing.T) {
+	for name, result := range map[string]string{
+		"not UTF-8": "\"\xff\"",
+		"too deep":  strings.Repeat("[", 70) + strings.Repeat("]", 70),
+	} {
+		d := servertest.Start(t, toolInfo, addRun)
+		res, err := client.New(d.Socket).RunTools(context.Background(), &api.RunRequest{Code: "x", Tools: []api.Tool{addTool}, ToolLimits: &api.ToolLimits{TimeoutMs: 20000}}, nil,
+			func(context.Context, api.ToolCall) (json.RawMessage, error) { return json.RawMessage(result), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(res.Stdout, "ToolError: the tool's result could not be passed: ") {
+			t.Errorf("%s: %q", name, res.Stdout)
+		}
+		t.Logf("%s: %s", name, res.Stdout)
+	}
+}

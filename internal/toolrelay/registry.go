@@ -25,8 +25,10 @@ func NewRegistry() *Registry { return &Registry{runs: map[string]*Relay{}} }
 
 // Open starts the relay of run runID, started by owner, for tools: emit
 // sends each call to the run's caller (it may block while the caller
-// reads). Close the relay when the run is over.
-func (g *Registry) Open(tools *Tools, runID string, owner peercred.Peer, emit func(api.ToolCall) error, log *slog.Logger) *Relay {
+// reads, for a bounded time; it should not write once its context, which
+// ends when the relay stops, has ended). Close the relay when the run is
+// over.
+func (g *Registry) Open(tools *Tools, runID string, owner peercred.Peer, emit func(context.Context, api.ToolCall) error, log *slog.Logger) *Relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -23,17 +23,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
+	"github.com/cellblock/cellblock/internal/toolschema"
 	"github.com/cellblock/cellblock/nsjail/runner"
 )
 
@@ -56,8 +57,11 @@ const (
 	// one call of the largest arguments allowed always fits.
 	unsentBytes = 32 << 20
 	// contentBytes bounds the arguments and answers a record keeps with
-	// KeepContent; larger ones keep only their size and hash.
-	contentBytes = 64 << 10
+	// KeepContent; larger ones keep only their size and hash. A run's
+	// records keep at most contentBudget of them in all, and none of a
+	// call the daemon refused before its caller heard of it.
+	contentBytes  = 64 << 10
+	contentBudget = 4 << 20
 )
 
 // Config is the daemon's side of tool calls.
@@ -104,7 +108,7 @@ func (c Config) Validate() error {
 // that apply to its calls. Make them with Prepare.
 type Tools struct {
 	declared []runner.Tool
-	schemas  map[string]*jsonschema.Schema // nil for a tool that takes any object
+	schemas  map[string]*toolschema.Schema // nil for a tool that takes any object
 	caps     api.ToolLimits
 	keep     bool
 }
@@ -121,16 +125,20 @@ func Prepare(req *api.RunRequest, cfg Config) (*Tools, *api.Error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*jsonschema.Schema{}}
+	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*toolschema.Schema{}}
 	for i, tool := range req.Tools {
 		t.declared = append(t.declared, runner.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
 		if len(tool.InputSchema) == 0 || string(tool.InputSchema) == "null" {
 			t.schemas[tool.Name] = nil
 			continue
 		}
-		s, err := compileSchema(tool.InputSchema)
+		field := fmt.Sprintf("tools[%d].input_schema", i)
+		s, err := toolschema.Compile(tool.InputSchema)
+		if errors.Is(err, toolschema.ErrRefused) {
+			return nil, api.Errorf(api.ErrBadRequest, field, "%v", err)
+		}
 		if err != nil {
-			return nil, api.Errorf(api.ErrBadRequest, fmt.Sprintf("tools[%d].input_schema", i), "is not a JSON Schema the daemon can check arguments with: %v", err)
+			return nil, api.Errorf(api.ErrBadRequest, field, "is not a JSON Schema the daemon can check arguments with: %v", err)
 		}
 		t.schemas[tool.Name] = s
 	}
@@ -147,7 +155,7 @@ type Relay struct {
 	tools *Tools
 	runID string
 	owner uint32
-	emit  func(api.ToolCall) error
+	emit  func(context.Context, api.ToolCall) error
 	log   *slog.Logger
 	reg   *Registry
 
@@ -168,15 +176,20 @@ type Relay struct {
 	busySince time.Time
 	busy      time.Duration
 	unsent    int64 // the arguments of calls not yet written to the caller
+	kept      int   // the content the records keep (KeepContent)
 }
 
-// call is one call that went to the caller.
+// call is one call that passed the checks Call makes at once: its
+// arguments are checked against its schema (if any), then it goes to
+// the caller.
 type call struct {
 	id, jailID, name string
-	arguments        json.RawMessage
+	arguments        json.RawMessage // until written to the caller
+	schema           *toolschema.Schema
 	index            int // in records
 	start            time.Time
 	answer           chan answer // gets the caller's answer, once
+	finished         bool        // answered or given up: under the relay's mu
 }
 
 // answer is how a call ended.
@@ -187,7 +200,13 @@ type answer struct {
 	reason  string // the daemon's reason, for the record
 	size    int    // the answer's size as the caller sent it
 	sum     string
+	frame   []byte // the tool_result frame of a result (deliver makes it)
 }
+
+// maxReplyFrame is the largest tool_result frame the code can get (the
+// runner's bound on the daemon's frames and their header); smaller in
+// tests.
+var maxReplyFrame = runner.MaxDaemonFrame + 4
 
 // Declared implements nsjail.ToolRelay.
 func (r *Relay) Declared() ([]runner.Tool, runner.ToolLimits) {
@@ -204,7 +223,8 @@ func (r *Relay) Start(reply func([]byte)) {
 }
 
 // Call implements nsjail.ToolRelay: it checks the call, refuses it at once
-// (the code gets a ToolError) or sends it to the caller, without waiting.
+// (the code gets a ToolError) or hands it to serve, without waiting: the
+// check against the tool's schema is serve's too.
 func (r *Relay) Call(payload []byte) {
 	now := time.Now()
 	c, perr := runner.ParseToolCall(payload)
@@ -228,9 +248,6 @@ func (r *Relay) Call(payload []byte) {
 	sum := sha256.Sum256(c.Arguments)
 	rec := record.ToolCall{Name: boundName(c.Name), Started: now, Outcome: api.ToolRefused,
 		ArgumentBytes: len(c.Arguments), ArgumentSHA256: hex.EncodeToString(sum[:])}
-	if r.tools.keep && perr == nil && len(c.Arguments) <= contentBytes {
-		rec.Arguments = c.Arguments
-	}
 	_, rec.Declared = r.tools.schemas[c.Name]
 	r.records = append(r.records, rec)
 	inUse := r.jailIDs[c.ID]
@@ -252,9 +269,11 @@ func (r *Relay) Call(payload []byte) {
 		why = fmt.Sprintf("call id %q is already waiting for an answer", c.ID)
 	case r.unsentOver(int64(len(c.Arguments))):
 		why = fmt.Sprintf("the caller has not yet taken %d bytes of this run's earlier calls: too many waiting to be sent", unsentBytes)
-	case schema != nil:
-		if err := validate(schema, c.Arguments); err != nil {
-			why = fmt.Sprintf("the arguments of %s do not match its input schema: %v", c.Name, err)
+	default:
+		// What the jail sent is measured before the schema library
+		// sees it (which serve does, off this goroutine).
+		if err := toolschema.Admit(schema, c.Arguments); err != nil {
+			why = fmt.Sprintf("the arguments of %s: %v", c.Name, err)
 		}
 	}
 
@@ -276,10 +295,8 @@ func (r *Relay) Call(payload []byte) {
 		}
 		return
 	}
-	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, index: index, start: now, answer: make(chan answer, 1)}
-	r.records[index].ID = cl.id
+	cl := &call{id: newID(), jailID: c.ID, name: c.Name, arguments: c.Arguments, schema: schema, index: index, start: now, answer: make(chan answer, 1)}
 	r.unsent += int64(len(cl.arguments))
-	r.pending[cl.id] = cl
 	r.jailIDs[c.ID] = true
 	if r.active == 0 {
 		r.busySince = now
@@ -300,32 +317,23 @@ func (r *Relay) refuse(reply func([]byte), id, why string) {
 	reply(frame)
 }
 
-// serve sends cl to the caller and waits for its answer, its timeout or
-// the end of the run, then answers the code.
+// serve checks cl's arguments against its schema, sends it to the
+// caller and waits for its answer, its timeout or the end of the run,
+// then answers the code.
 func (r *Relay) serve(cl *call) {
 	defer r.wg.Done()
 	timeout := time.Duration(r.tools.caps.TimeoutMs) * time.Millisecond
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var a answer
-	err := r.emit(api.ToolCall{ID: cl.id, Name: cl.name, Arguments: cl.arguments, TimeoutMs: r.tools.caps.TimeoutMs})
-	r.mu.Lock()
-	r.unsent -= int64(len(cl.arguments))
-	cl.arguments = nil // written: the call no longer holds them
-	r.mu.Unlock()
-	if err != nil {
-		a = answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()}
-	} else {
-		select {
-		case a = <-cl.answer:
-		case <-timer.C:
-			why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", timeout)
-			a = answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why}
-		case <-r.ctx.Done():
-			a = answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"}
-		}
+	a, ok := r.check(cl, timer.C)
+	if ok {
+		a = r.send(cl, timer.C, timeout)
 	}
 	r.mu.Lock()
+	if cl.arguments != nil { // never written
+		r.unsent -= int64(len(cl.arguments))
+		cl.arguments = nil
+	}
 	delete(r.pending, cl.id)
 	delete(r.jailIDs, cl.jailID)
 	r.active--
@@ -338,7 +346,7 @@ func (r *Relay) serve(cl *call) {
 	if a.outcome == api.ToolErrored {
 		rec.Error = a.errText
 	}
-	if r.tools.keep && len(a.result) <= contentBytes {
+	if r.keepContent(len(a.result)) {
 		rec.Result = a.result
 	}
 	stopped, reply := r.stopped, r.reply
@@ -346,10 +354,8 @@ func (r *Relay) serve(cl *call) {
 	if stopped || a.outcome == api.ToolCanceled && r.ctx.Err() != nil {
 		return
 	}
-	var frame []byte
-	if a.outcome == api.ToolOK {
-		frame, err = runner.EncodeToolResult(cl.jailID, true, a.result, "")
-	} else {
+	frame, err := a.frame, error(nil)
+	if frame == nil {
 		frame, err = runner.EncodeToolResult(cl.jailID, false, nil, a.errText)
 	}
 	if err != nil {
@@ -357,6 +363,115 @@ func (r *Relay) serve(cl *call) {
 		return
 	}
 	reply(frame)
+}
+
+// checkers bounds the checks of arguments that run at once in the
+// daemon.
+var checkers = make(chan struct{}, min(max(runtime.GOMAXPROCS(0), 2), 8))
+
+// validateArgs checks arguments against a schema; tests stall it.
+var validateArgs = (*toolschema.Schema).Validate
+
+// check checks cl's arguments against its tool's schema, on one of the
+// daemon's checkers: ok when they pass, else how the call ends. Neither
+// the call's timeout nor the run's end waits for a check under way,
+// which goes on alone (Admit bounded its work) and frees its checker.
+func (r *Relay) check(cl *call, timeout <-chan time.Time) (a answer, ok bool) {
+	if cl.schema == nil {
+		return answer{}, true
+	}
+	const slow = "checking its arguments against the tool's input schema took longer than the call may take (tool_limits.timeout_ms)"
+	canceled := answer{outcome: api.ToolCanceled, reason: "the run ended before the arguments were checked"}
+	select {
+	case checkers <- struct{}{}:
+	case <-timeout:
+		return answer{outcome: api.ToolRefused, errText: "tool " + cl.name + ": " + slow, reason: slow}, false
+	case <-r.ctx.Done():
+		return canceled, false
+	}
+	verdict := make(chan error, 1)
+	go func(schema *toolschema.Schema, arguments []byte) {
+		defer func() { <-checkers }()
+		verdict <- validateArgs(schema, arguments)
+	}(cl.schema, cl.arguments)
+	select {
+	case err := <-verdict:
+		if err != nil {
+			why := fmt.Sprintf("the arguments of %s do not match its input schema: %v", cl.name, err)
+			return answer{outcome: api.ToolRefused, errText: why, reason: why}, false
+		}
+		return answer{}, true
+	case <-timeout:
+		return answer{outcome: api.ToolRefused, errText: "tool " + cl.name + ": " + slow, reason: slow}, false
+	case <-r.ctx.Done():
+		return canceled, false
+	}
+}
+
+// send sends cl to the caller and waits for its answer, its timeout or
+// the end of the run. The write to the caller is not waited for once the
+// call ends otherwise: the stream bounds it, and the relay's end does
+// not wait for a caller that does not read.
+func (r *Relay) send(cl *call, timeout <-chan time.Time, limit time.Duration) answer {
+	r.mu.Lock()
+	r.records[cl.index].ID = cl.id
+	if r.keepContent(len(cl.arguments)) {
+		r.records[cl.index].Arguments = cl.arguments
+	}
+	r.pending[cl.id] = cl
+	arguments := cl.arguments
+	cl.arguments = nil // the writer's from here
+	r.mu.Unlock()
+	sent := make(chan error, 1)
+	go func() {
+		err := r.emit(r.ctx, api.ToolCall{ID: cl.id, Name: cl.name, Arguments: arguments, TimeoutMs: r.tools.caps.TimeoutMs})
+		r.mu.Lock()
+		r.unsent -= int64(len(arguments)) // written, or never to be
+		r.mu.Unlock()
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			return r.end(cl, answer{outcome: api.ToolCanceled, errText: "the run's caller went away", reason: "the call could not be sent to the caller: " + err.Error()})
+		}
+	case <-timeout:
+		why := fmt.Sprintf("the run's caller did not take the call within %v (tool_limits.timeout_ms): it does not read its stream", limit)
+		return r.end(cl, answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why})
+	case <-r.ctx.Done():
+		return r.end(cl, answer{outcome: api.ToolCanceled, reason: "the run ended before the call was sent"})
+	}
+	select {
+	case a := <-cl.answer:
+		return a
+	case <-timeout:
+		if testHookTimedOut != nil {
+			testHookTimedOut(cl.id)
+		}
+		why := fmt.Sprintf("no answer from the run's caller within %v (tool_limits.timeout_ms)", limit)
+		return r.end(cl, answer{outcome: api.ToolTimeout, errText: "tool " + cl.name + ": " + why, reason: why})
+	case <-r.ctx.Done():
+		return r.end(cl, answer{outcome: api.ToolCanceled, reason: "the run ended before the answer"})
+	}
+}
+
+// testHookTimedOut, when set, is called when a call's time is up, before
+// the call ends.
+var testHookTimedOut func(id string)
+
+// end ends cl with a, unless the caller's answer came first: then with
+// the answer, which deliver has put in cl.answer. Either way no answer
+// is taken after it.
+func (r *Relay) end(cl *call, a answer) answer {
+	r.mu.Lock()
+	answered := cl.finished
+	cl.finished = true
+	delete(r.pending, cl.id)
+	r.mu.Unlock()
+	if answered {
+		return <-cl.answer
+	}
+	return a
 }
 
 // Stop implements nsjail.ToolRelay: calls still waiting end as canceled,
@@ -402,6 +517,16 @@ func (r *Relay) Report() (calls []api.ToolCallReport, records []record.ToolCall,
 	return calls, records, r.overCap, busy
 }
 
+// keepContent reports whether a record keeps n bytes of content (a
+// call's arguments or answer), and counts them. r.mu is held.
+func (r *Relay) keepContent(n int) bool {
+	if !r.tools.keep || n == 0 || n > contentBytes || r.kept+n > contentBudget {
+		return false
+	}
+	r.kept += n
+	return true
+}
+
 // unsentOver reports whether n more bytes of arguments would take the
 // run's calls waiting to be sent past their bound.
 func (r *Relay) unsentOver(n int64) bool {
@@ -432,8 +557,9 @@ func (r *Relay) names() string {
 func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int, tooLarge bool) *api.Error {
 	r.mu.Lock()
 	cl := r.pending[id]
-	if cl == nil || !r.owns(p) {
-		r.mu.Unlock()
+	ok := cl != nil && !cl.finished && r.owns(p)
+	r.mu.Unlock()
+	if !ok {
 		return notFound(r.runID, id)
 	}
 	var ans answer
@@ -458,11 +584,32 @@ func (r *Relay) deliver(p peercred.Peer, id string, a *api.ToolAnswer, size int,
 			why := fmt.Sprintf("the answer of %s was %d bytes, over the cap of %d (tool_limits.result_bytes)", cl.name, len(a.Result), limit)
 			ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: len(a.Result), sum: ans.sum}
 			aerr = api.Errorf(api.ErrTooLarge, "result", "is %d bytes, over the run's cap of %d (tool_limits.result_bytes); the call failed in the code", len(a.Result), limit)
+			break
 		}
+		// The frame that carries it to the code, made here so that the
+		// caller hears if it cannot be.
+		frame, err := runner.EncodeToolResult(cl.jailID, true, a.Result, "")
+		if err == nil && len(frame) > maxReplyFrame {
+			err = runner.ErrFrameTooLarge
+		}
+		if err != nil {
+			why := fmt.Sprintf("the answer of %s could not be passed to the code: %v", cl.name, err)
+			ans = answer{outcome: api.ToolTooLarge, errText: why, reason: why, size: len(a.Result), sum: ans.sum}
+			aerr = api.Errorf(api.ErrTooLarge, "result", "could not be passed to the code (%v); the call failed in the code", err)
+			break
+		}
+		ans.frame = frame
 	}
-	delete(r.pending, id) // answered once
-	r.mu.Unlock()
-	cl.answer <- ans
+	// Answered once, and the answer counts only if it came before the
+	// call ended (see end): then the call ends with it.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cl.finished {
+		return notFound(r.runID, id)
+	}
+	cl.finished = true
+	delete(r.pending, id)
+	cl.answer <- ans // buffered, and sent once
 	return aerr
 }
 

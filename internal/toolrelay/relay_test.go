@@ -1,6 +1,7 @@
 package toolrelay
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,7 @@ func newJail(t *testing.T, req *api.RunRequest, cfg Config) *jail {
 		t.Fatalf("Prepare: %v", aerr)
 	}
 	j := &jail{t: t, results: map[string]map[string]any{}, got: make(chan string, 1000), events: make(chan api.ToolCall, 1000), reg: NewRegistry()}
-	j.relay = j.reg.Open(tools, "r1", owner, func(c api.ToolCall) error { j.events <- c; return nil }, nil)
+	j.relay = j.reg.Open(tools, "r1", owner, func(_ context.Context, c api.ToolCall) error { j.events <- c; return nil }, nil)
 	j.relay.Start(j.reply)
 	t.Cleanup(j.relay.Close)
 	return j
@@ -394,7 +395,7 @@ func TestStopCancelsWaitingCalls(t *testing.T) {
 func TestEmitFailureFailsTheCall(t *testing.T) {
 	tools, _ := Prepare(addReq(), DefaultConfig())
 	reg := NewRegistry()
-	r := reg.Open(tools, "r1", owner, func(api.ToolCall) error { return errors.New("broken pipe") }, nil)
+	r := reg.Open(tools, "r1", owner, func(context.Context, api.ToolCall) error { return errors.New("broken pipe") }, nil)
 	got := make(chan []byte, 1)
 	r.Start(func(f []byte) { got <- f })
 	r.Call([]byte(`{"type":"tool_call","id":"c1","name":"any","arguments":{}}`))
@@ -477,7 +478,7 @@ func TestUnsentArgumentsAreBounded(t *testing.T) {
 	reg := NewRegistry()
 	stuck := make(chan struct{})
 	// A caller that does not read its stream: every call stays unsent.
-	r := reg.Open(tools, "r1", owner, func(api.ToolCall) error { <-stuck; return errors.New("gone") }, nil)
+	r := reg.Open(tools, "r1", owner, func(context.Context, api.ToolCall) error { <-stuck; return errors.New("gone") }, nil)
 	var mu sync.Mutex
 	var refused []string
 	r.Start(func(f []byte) {
@@ -501,4 +502,150 @@ func TestUnsentArgumentsAreBounded(t *testing.T) {
 	}
 	close(stuck)
 	r.Close()
+}
+
+// TestAnswerOrTimeoutNotBoth: an answer that comes when the call's time
+// is up, before the call ended, either ends the call (the caller is told
+// it was answered, the code gets it) or is refused like any late one
+// (the code is told of the timeout): never acknowledged and dropped.
+func TestAnswerOrTimeoutNotBoth(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{TimeoutMs: 50}
+	j := newJail(t, req, DefaultConfig())
+	late := make(chan *api.Error, 1)
+	testHookTimedOut = func(id string) {
+		r, aerr := j.reg.Lookup(owner, "r1", id)
+		if aerr == nil {
+			aerr = r.Answer(owner, id, []byte(`{"result": 3}`), false)
+		}
+		late <- aerr
+	}
+	t.Cleanup(func() { testHookTimedOut = nil })
+	j.call("c1", "add", `{"x": 1, "y": 2}`)
+	j.event()
+	m := j.result("c1")
+	aerr := <-late
+	j.relay.Stop()
+	calls, _, _, _ := j.relay.Report()
+	answered := aerr == nil && m["ok"] == true && m["result"] == float64(3) && calls[0].Outcome == api.ToolOK
+	timedOut := aerr != nil && aerr.Type == api.ErrNotFound && m["ok"] == false && calls[0].Outcome == api.ToolTimeout
+	if !answered && !timedOut {
+		t.Errorf("the answer got %v; the code got %v; the report says %+v", aerr, m, calls)
+	}
+}
+
+// TestStuckWritesHoldNothing: a call whose write to the caller does not
+// return times out on its own, and the relay's end does not wait for the
+// write.
+func TestStuckWritesHoldNothing(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{TimeoutMs: 100}
+	tools, aerr := Prepare(req, DefaultConfig())
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	stuck := make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	writing := make(chan struct{}, 2)
+	r := NewRegistry().Open(tools, "r1", owner, func(context.Context, api.ToolCall) error {
+		writing <- struct{}{}
+		<-stuck
+		return errors.New("gone")
+	}, nil)
+	replies := make(chan string, 2)
+	r.Start(func(f []byte) { replies <- string(f) })
+	r.Call([]byte(`{"type":"tool_call","id":"c1","name":"add","arguments":{"x":1,"y":2}}`))
+	if f := <-replies; !strings.Contains(f, `the run's caller did not take the call within 100ms`) {
+		t.Errorf("reply %s", f)
+	}
+	r.Call([]byte(`{"type":"tool_call","id":"c2","name":"add","arguments":{"x":1,"y":2}}`))
+	<-writing
+	<-writing
+	stopped := make(chan struct{})
+	go func() { r.Close(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay's end waited for a write to the caller")
+	}
+	calls, _, _, _ := r.Report()
+	if len(calls) != 2 || calls[0].Outcome != api.ToolTimeout || calls[1].Outcome != api.ToolCanceled {
+		t.Errorf("%+v", calls)
+	}
+}
+
+// TestAnswersReachTheCodeWhole: an answer of 3 MiB of "<" is a frame of
+// 3 MiB, which the code gets; an answer whose frame would still be over
+// the runner's bound fails the call in the code, and the caller is told.
+func TestAnswersReachTheCodeWhole(t *testing.T) {
+	req := addReq()
+	req.ToolLimits = &api.ToolLimits{ResultBytes: 8 << 20}
+	j := newJail(t, req, DefaultConfig())
+	j.call("c1", "any", `{}`)
+	e := j.event()
+	big := strings.Repeat("<", 3<<20)
+	if aerr := j.answer(owner, e.ID, `{"result": "`+big+`"}`); aerr != nil {
+		t.Fatal(aerr)
+	}
+	if m := j.result("c1"); m["ok"] != true || m["result"] != big {
+		t.Fatalf("the code got ok %v and %d bytes", m["ok"], len(fmt.Sprint(m["result"])))
+	}
+	old := maxReplyFrame
+	maxReplyFrame = 1000
+	t.Cleanup(func() { maxReplyFrame = old })
+	j.call("c2", "any", `{}`)
+	e = j.event()
+	if aerr := j.answer(owner, e.ID, `{"result": "`+strings.Repeat("x", 2000)+`"}`); aerr == nil || aerr.Type != api.ErrTooLarge || aerr.Field != "result" {
+		t.Errorf("the caller was told %v", aerr)
+	}
+	if m := j.result("c2"); m["ok"] != false || !strings.Contains(m["error"].(string), "could not be passed to the code") {
+		t.Errorf("the code got %v", m)
+	}
+	j.relay.Stop()
+	calls, _, _, _ := j.relay.Report()
+	if calls[0].Outcome != api.ToolOK || calls[1].Outcome != api.ToolTooLarge {
+		t.Errorf("%+v", calls)
+	}
+}
+
+// TestKeptContentIsBounded: with KeepContent, the records keep no content
+// of calls refused before the caller heard of them, and at most
+// contentBudget of a run's calls in all.
+func TestKeptContentIsBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.KeepContent = true
+	j := newJail(t, addReq(), cfg)
+	args := `{"pad": "` + strings.Repeat("p", 60<<10) + `"}`
+	for i := range 20 {
+		j.call(fmt.Sprint("r", i), "nope", args)
+		j.call(fmt.Sprint("s", i), "add", args)
+	}
+	for i := range 100 {
+		id := fmt.Sprint("c", i)
+		j.call(id, "any", args)
+		e := j.event()
+		if aerr := j.answer(owner, e.ID, `{"result": "`+strings.Repeat("r", 1000)+`"}`); aerr != nil {
+			t.Fatal(aerr)
+		}
+		j.result(id)
+	}
+	j.relay.Stop()
+	_, recs, _, _ := j.relay.Report()
+	kept, first := 0, true
+	for i, r := range recs {
+		if r.Outcome == api.ToolRefused && (r.Arguments != nil || r.Result != nil) {
+			t.Fatalf("record %d, refused, kept its content", i)
+		}
+		kept += len(r.Arguments) + len(r.Result)
+		if r.Outcome == api.ToolOK && r.Arguments == nil && first {
+			first = false
+			t.Logf("content kept up to call %d", i)
+		}
+	}
+	if kept > contentBudget || first {
+		t.Errorf("kept %d bytes; the budget is %d", kept, contentBudget)
+	}
+	if r := recs[len(recs)-1]; r.ArgumentBytes != len(args) || r.ArgumentSHA256 == "" {
+		t.Errorf("the last record: %+v", r)
+	}
 }

@@ -194,7 +194,7 @@ func WriteRun(w io.Writer, m Run) error {
 	if m.Argv == nil {
 		m.Argv = []string{}
 	}
-	b, err := json.Marshal(m)
+	b, err := marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode run message: %w", err)
 	}

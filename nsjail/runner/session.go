@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -71,7 +72,7 @@ func EncodeSessionRun(m SessionRun) ([]byte, error) {
 }
 
 func encodeFrame(m any) ([]byte, error) {
-	b, err := json.Marshal(m)
+	b, err := marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode runner message: %w", err)
 	}
@@ -82,6 +83,19 @@ func encodeFrame(m any) ([]byte, error) {
 	binary.BigEndian.PutUint32(frame, uint32(len(b)))
 	copy(frame[sessionRunHeader:], b)
 	return frame, nil
+}
+
+// marshal is json.Marshal without its escapes for HTML: "<", ">" and "&"
+// would take 6 bytes each (a 3 MiB string of "<" 18 MiB, over a frame's
+// bound), and the runner reads JSON, not HTML.
+func marshal(m any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // MessageType returns a frame's "type" (see messageType), for readers of

@@ -63,3 +63,26 @@ func TestCollectorHandsOverToolCalls(t *testing.T) {
 		t.Errorf("result %+v", r)
 	}
 }
+
+// TestFramesDoNotEscapeHTML: "<", ">" and "&" go as they are: escaped
+// for HTML, a 3 MiB string of them would be a frame over the runner's
+// bound.
+func TestFramesDoNotEscapeHTML(t *testing.T) {
+	big := `"` + strings.Repeat("<&>", 1<<20) + `"`
+	f, err := EncodeToolResult("c1", true, json.RawMessage(big), "")
+	if err != nil || len(f) > 4+MaxDaemonFrame || !strings.Contains(string(f), `"result":"<&><&>`) {
+		t.Fatalf("%d bytes: %v", len(f), err)
+	}
+	f, err = EncodeToolResult("c1", false, nil, "a <b> & c")
+	if err != nil || !strings.Contains(string(f), `"error":"a <b> & c"`) {
+		t.Fatalf("%q: %v", f, err)
+	}
+	var b strings.Builder
+	if err := WriteRun(&b, Run{Code: strings.Repeat("<", 6<<20)}); err != nil || b.Len() > 4+MaxDaemonFrame {
+		t.Fatalf("run message of %d bytes: %v", b.Len(), err)
+	}
+	var m Run
+	if err := json.Unmarshal([]byte(b.String()[4:]), &m); err != nil || m.Code != strings.Repeat("<", 6<<20) {
+		t.Fatalf("run message: %v", err)
+	}
+}
