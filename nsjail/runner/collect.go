@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/internal/api"
 )
 
 // Value is a cell's value: the result's "value".
@@ -524,28 +526,8 @@ func jsonOK(raw []byte, max int) (bool, string) {
 	if !json.Valid(raw) {
 		return false, "not valid JSON"
 	}
-	depth, inString, escaped := 0, false, false
-	for _, ch := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-		case ch == '[' || ch == '{':
-			depth++
-			if depth > MaxJSONDepth {
-				return false, fmt.Sprintf("JSON nested deeper than %d", MaxJSONDepth)
-			}
-		case ch == ']' || ch == '}':
-			depth--
-		}
+	if api.JSONDepth(raw) > MaxJSONDepth {
+		return false, fmt.Sprintf("JSON nested deeper than %d", MaxJSONDepth)
 	}
 	return true, ""
 }
