@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -356,24 +355,10 @@ var ourCgroupNames = func() *sync.Map {
 // leftoverCgroups lists run cgroups that our daemons left in any hierarchy:
 // directories below one of our subtrees (v1) or below its "runs" (v2).
 func leftoverCgroups() []string {
-	var found []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.IsDir() {
-			return nil
-		}
-		if strings.Count(p, "/") > 12 {
-			return filepath.SkipDir
-		}
-		parent := filepath.Base(filepath.Dir(p))
-		if parent == "runs" {
-			parent = filepath.Base(filepath.Dir(filepath.Dir(p)))
-		}
-		if _, ours := ourCgroupNames.Load(parent); ours {
-			found = append(found, p)
-		}
-		return nil
+	return daemontest.JailCgroups(func(subtree string) bool {
+		_, ours := ourCgroupNames.Load(subtree)
+		return ours
 	})
-	return found
 }
 
 // jailProcesses lists live host processes of our daemons' jails: in one

@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -358,24 +357,13 @@ func (d *benchDaemon) stop() {
 // answer) is not over. Directories below the daemon's --cgroup-name in any
 // hierarchy (v1), or below its "runs" (v2).
 func (d *benchDaemon) busyJails() []string {
-	var found []string
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
-		if err != nil || !e.IsDir() {
-			return nil
+	var busy []string
+	for _, p := range daemontest.JailCgroups(func(subtree string) bool { return subtree == d.cgroupName }) {
+		if name := filepath.Base(p); name != "runs" && name != "daemon" && !strings.HasPrefix(name, "pre-") {
+			busy = append(busy, p)
 		}
-		if strings.Count(p, "/") > 12 {
-			return filepath.SkipDir
-		}
-		parent := filepath.Base(filepath.Dir(p))
-		if parent == "runs" {
-			parent = filepath.Base(filepath.Dir(filepath.Dir(p)))
-		}
-		if parent == d.cgroupName && e.Name() != "runs" && e.Name() != "daemon" && !strings.HasPrefix(e.Name(), "pre-") {
-			found = append(found, p)
-		}
-		return nil
-	})
-	return found
+	}
+	return busy
 }
 
 // settleAll settles each daemon in turn.

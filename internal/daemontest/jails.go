@@ -2,6 +2,7 @@ package daemontest
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -64,4 +65,29 @@ func Children(pid int) []int {
 		}
 	}
 	return kids
+}
+
+// JailCgroups lists, in every cgroup hierarchy, the directories below a
+// daemon's cgroup subtree (v1) or below its "runs" (v2) whose subtree name
+// ours accepts: the cgroups of its jails, and its own "runs" and "daemon"
+// directories.
+func JailCgroups(ours func(subtree string) bool) []string {
+	var found []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		if strings.Count(p, "/") > 12 {
+			return filepath.SkipDir
+		}
+		parent := filepath.Base(filepath.Dir(p))
+		if parent == "runs" {
+			parent = filepath.Base(filepath.Dir(filepath.Dir(p)))
+		}
+		if ours(parent) {
+			found = append(found, p)
+		}
+		return nil
+	})
+	return found
 }
