@@ -111,30 +111,32 @@ func (e *executor) CanPutSessionFile(ctx context.Context, owner peercred.Peer, i
 	d := (*Daemon)(e)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	_, err := d.puttable(owner, id)
+	return err
+}
+
+// puttable is owner's session id when a file may be put into it now; d.mu
+// is held.
+func (d *Daemon) puttable(owner peercred.Peer, id string) (*fakeSession, error) {
 	s, err := d.sessionFor(owner, id)
 	switch {
 	case err != nil:
-		return err
+		return nil, err
 	case s.info.State == api.SessionLost:
-		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter", id)
+		return nil, api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter", id)
 	case s.busy:
-		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q", id)
+		return nil, api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q", id)
 	}
-	return nil
+	return s, nil
 }
 
 func (e *executor) PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error {
 	d := (*Daemon)(e)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	s, err := d.sessionFor(owner, id)
-	switch {
-	case err != nil:
+	s, err := d.puttable(owner, id)
+	if err != nil {
 		return err
-	case s.info.State == api.SessionLost:
-		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter", id)
-	case s.busy:
-		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q", id)
 	}
 	if s.files == nil {
 		s.files = map[string][]byte{}
