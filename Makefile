@@ -43,7 +43,7 @@ deps:
 build:
 	$(DAEMON_ENV) $(GO) build -tags $(DAEMON_TAGS) -ldflags '$(LDFLAGS)' -o $(BIN)/cellblockd ./cmd/cellblockd
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X github.com/cellblock/cellblock/internal/cli.Version=$(VERSION)' -o $(BIN)/cellblock ./cmd/cellblock
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X main.version=$(VERSION)' -o $(BIN)/cellblock-mcp ./cmd/cellblock-mcp
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS) -X github.com/cellblock/cellblock/internal/mcpserver.Version=$(VERSION)' -o $(BIN)/cellblock-mcp ./cmd/cellblock-mcp
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/cellblock-init ./cmd/cellblock-init
 
 # Unit tests: no root needed, fast. Root-only tests in these packages skip
@@ -107,7 +107,7 @@ clean:
 # The binaries (cellblock-init beside cellblockd, where the daemon looks for
 # it), the systemd units with the paths filled in, the sysusers.d drop-in
 # for the group "cellblock" and, unless there is one, the default config.
-# It starts nothing: see the README's "Running it as a service".
+# It starts nothing: see docs/operations.md.
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/default
 	install -m 0755 $(BIN)/cellblockd $(BIN)/cellblock $(BIN)/cellblock-mcp $(BIN)/cellblock-init $(DESTDIR)$(BINDIR)/
