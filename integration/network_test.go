@@ -798,7 +798,7 @@ func clientWheelhouse(t *testing.T) string {
 	return wheels
 }
 
-// The README's example: requests (and httpx) through the allowlist, with
+// The example of docs/network.md: requests (and httpx) through the allowlist, with
 // nothing configured in the code but the certificate it trusts.
 func TestNetworkRequestsAndHTTPX(t *testing.T) {
 	requireRoot(t)

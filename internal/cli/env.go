@@ -49,7 +49,7 @@ Flags:
                        matplotlib.pyplot). Replaces the environment's list;
                        without it the list stays as it is. Imported before
                        the request, with the jail's environment variables,
-                       not the run's (see the README, "Preloaded imports")
+                       not the run's (see docs/usage.md, "Preloaded imports")
   --no-preload         clear the environment's preload list
   --json               print the daemon's answer as one JSON object
   --socket PATH        the daemon's socket (else $CELLBLOCK_SOCKET, else
