@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -36,33 +37,32 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 }
 
 // isJSON logs one line through a logger writing to w and reports whether
-// the line was JSON; read gets the line back.
-func isJSON(t *testing.T, format string, w *os.File, read func() string) bool {
+// the line was JSON; r reads it back from the other end.
+func isJSON(t *testing.T, format string, w *os.File, r *bufio.Reader) bool {
 	t.Helper()
 	newLogger(format, w).Info("run", "run", "r1", "exit_code", 0)
-	line := read()
+	// The whole line: one read of a terminal or a pipe may return part
+	// of it (a terminal's line discipline hands its input on in pieces
+	// when the machine is busy), and the rest would then be taken for
+	// the next line.
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read the log line back: %v (got %q)", err, line)
+	}
 	var v map[string]any
 	return json.Unmarshal([]byte(strings.TrimSpace(line)), &v) == nil
 }
 
 func TestLoggerFormat(t *testing.T) {
 	master, slave := openPTY(t)
-	readPTY := func() string {
-		buf := make([]byte, 4096)
-		n, _ := master.Read(buf)
-		return string(buf[:n])
-	}
+	readPTY := bufio.NewReader(master)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pr.Close()
 	defer pw.Close()
-	readPipe := func() string {
-		buf := make([]byte, 4096)
-		n, _ := pr.Read(buf)
-		return string(buf[:n])
-	}
+	readPipe := bufio.NewReader(pr)
 
 	t.Setenv("JOURNAL_STREAM", "")
 	os.Unsetenv("JOURNAL_STREAM")
