@@ -144,7 +144,7 @@ def _declare(func: Callable[..., Any], strict: bool = True) -> Tuple[str, Dict[s
             positional.append(name)
         ann = hints.get(name, p.annotation)
         s = schema_for(ann) if strict and ann is not inspect.Parameter.empty else {}
-        if p.default is None and s and s.get("type") != "null":
+        if p.default is None and s and not _allows_null(s):
             s = {"anyOf": [s, {"type": "null"}]}  # def f(x: str = None)
         if name in arg_docs:
             s = dict(s, description=arg_docs[name])
@@ -163,6 +163,10 @@ def _declare(func: Callable[..., Any], strict: bool = True) -> Tuple[str, Dict[s
     if not var_keyword:
         schema["additionalProperties"] = False
     return summary, schema, positional, var_keyword
+
+
+def _allows_null(s: Dict[str, Any]) -> bool:
+    return s.get("type") == "null" or any(isinstance(a, dict) and _allows_null(a) for a in s.get("anyOf", []))
 
 
 _ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
