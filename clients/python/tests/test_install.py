@@ -14,12 +14,20 @@ from support import ROOT
 
 
 class TestInstall(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="cellblock-client-install-")
+        cls.bindir = None
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="cellblock-client-install-")
-        self.addCleanup(shutil.rmtree, self.tmp)
         # The source is copied: a build writes nothing into the tree.
         self.src = os.path.join(self.tmp, "src")
-        shutil.copytree(ROOT, self.src, ignore=shutil.ignore_patterns("__pycache__", "tests"))
+        if not os.path.exists(self.src):
+            shutil.copytree(ROOT, self.src, ignore=shutil.ignore_patterns("__pycache__", "tests"))
         env = dict(os.environ)
         for k in list(env):
             if k.startswith("PIP_") or k == "PYTHONPATH":
@@ -30,11 +38,14 @@ class TestInstall(unittest.TestCase):
         self.env = env
 
     def venv(self):
-        venv = os.path.join(self.tmp, "venv")
-        p = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-        if p.returncode != 0 or not os.path.exists(os.path.join(venv, "bin", "pip")):
-            self.skipTest("no venv with pip here (Debian: apt-get install python3-venv): %s" % p.stderr[-300:])
-        return os.path.join(venv, "bin")
+        """One virtual environment for the class: making one is slow."""
+        if type(self).bindir is None:
+            venv = os.path.join(self.tmp, "venv")
+            p = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
+            if p.returncode != 0 or not os.path.exists(os.path.join(venv, "bin", "pip")):
+                self.skipTest("no venv with pip here (Debian: apt-get install python3-venv): %s" % p.stderr[-300:])
+            type(self).bindir = os.path.join(venv, "bin")
+        return type(self).bindir
 
     def pip(self, bindir, *args):
         p = subprocess.run([os.path.join(bindir, "pip")] + list(args), capture_output=True, text=True, env=self.env,
