@@ -4,13 +4,14 @@
 # build the default rootfs from, and for the matplotlib tests Debian's
 # matplotlib (packed into wheels for a local wheelhouse) and patchelf (to
 # point the packed extension modules at the libraries bundled with them);
-# for the network tests Debian's requests and httpx, packed the same way.
+# for the network tests Debian's requests and httpx, packed the same way;
+# for the Python client's tests python3-venv (pip in a fresh venv).
 # Fast when everything is there already.
 set -euo pipefail
 
 # `install-deps.sh bench` also installs the peers the benchmark compares
 # against: bubblewrap and runc.
-pkgs=(gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates python3-matplotlib patchelf python3-requests python3-httpx)
+pkgs=(gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates python3-matplotlib patchelf python3-requests python3-httpx python3-venv)
 [ "${1:-}" = bench ] && pkgs+=(bubblewrap runc)
 # `install-deps.sh vm`: qemu, xz and zstd (the kernels' compressions) for the cgroup
 # v2 VM test (make vmtest).
