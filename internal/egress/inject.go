@@ -85,7 +85,9 @@ func plainDenial(t target, s *runSecret) *denial {
 func (p *Proxy) denySecret(d *denial, what, method, path string) {
 	s := d.secret
 	p.e.cfg.OnSecret(s.name, api.SecretRefused)
-	p.log.Info("secret refused", "secret", s.name, "host", d.host, "port", d.port, "method", method, "path", path, "reason", d.reason)
+	// Debug, as network denials: a program may send many, and each is in
+	// the run's result, audit line and metrics.
+	p.log.Debug("secret refused", "secret", s.name, "host", d.host, "port", d.port, "method", method, "path", path, "reason", d.reason)
 	p.record(api.Denial{Kind: api.DenialSecret, Secret: s.name, Detail: what + " refused: " + d.why,
 		Host: d.host, Port: int(d.port), Reason: d.reason, Count: 1})
 	p.use(api.SecretUse{Secret: s.name, Host: d.host, Port: int(d.port), Method: method, Path: path,
@@ -141,12 +143,12 @@ func (p *Proxy) value(s *runSecret) string {
 }
 
 // responseRules are the rules that take every value of the run's secrets
-// out of a response: each one sent and each one current, in every form
-// valueForms knows, and extra.
+// out of a response: the current one, those it replaced, each one this
+// proxy sent, in every form valueForms knows; and extra.
 func (p *Proxy) responseRules(extra []rule) []rule {
 	var rules []rule
 	for _, s := range p.pol.secrets {
-		values := []string{p.e.cfg.Secrets.Value(s.name)}
+		values := p.e.cfg.Secrets.Values(s.name)
 		p.mu.Lock()
 		for _, v := range p.sent[s] {
 			if !slices.Contains(values, v) {
@@ -416,7 +418,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	f := newFilter(p.responseRules(extra), func(ru *rule) error {
 		if _, seen := redacted.LoadOrStore(ru.secret, true); !seen {
 			p.e.cfg.OnSecret(ru.secret.name, api.SecretRedacted)
-			p.log.Info("secret taken out of a response", "secret", ru.secret.name, "host", t.shown, "method", r.Method, "path", path)
+			p.log.Debug("secret taken out of a response", "secret", ru.secret.name, "host", t.shown, "method", r.Method, "path", path)
 		}
 		return nil
 	})

@@ -170,13 +170,22 @@ func foundIn(list []*runSecret, s ...string) []*runSecret {
 	return found
 }
 
-// headerTexts are a header's names and values, for looking for
-// placeholders.
+// headerTexts are a header's names and values, and the credentials of
+// Basic authorizations decoded, for looking for placeholders.
 func headerTexts(h http.Header) []string {
 	out := make([]string, 0, 2*len(h))
 	for k, vs := range h {
 		out = append(out, k)
 		out = append(out, vs...)
+		if k != "Authorization" && k != "Proxy-Authorization" {
+			continue
+		}
+		for _, v := range vs {
+			scheme, cred, _ := strings.Cut(v, " ")
+			if raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred)); err == nil && strings.EqualFold(scheme, "Basic") {
+				out = append(out, string(raw))
+			}
+		}
 	}
 	return out
 }

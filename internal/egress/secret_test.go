@@ -406,6 +406,7 @@ func TestSecretRefusedElsewhere(t *testing.T) {
 		{"plain query", "GET", "http://" + plainHost + "/?t=" + ph, nil, "", api.DenySecretPlainHTTP},
 		{"plain body", "POST", "http://" + plainHost + "/", nil, strings.Repeat("x", 100<<10) + ph, api.DenySecretPlainHTTP},
 		{"plain to the secret's own host", "GET", "http://" + host + "/", map[string]string{"X-T": ph}, "", api.DenySecretPlainHTTP},
+		{"plain, in a Basic credential", "GET", "http://__token__:" + ph + "@" + plainHost + "/", nil, "", api.DenySecretPlainHTTP},
 		{"another secret's host, header", "GET", "https://" + otherHost + "/", map[string]string{"Authorization": "Bearer " + ph}, "", api.DenySecretHost},
 		{"another secret's host, body", "PUT", "https://" + otherHost + "/", nil, "a=" + ph, api.DenySecretHost},
 	} {
@@ -445,7 +446,7 @@ func TestSecretRefusedElsewhere(t *testing.T) {
 		}
 		got[d.Reason] += d.Count
 	}
-	if got[api.DenySecretPlainHTTP] != 4 || got[api.DenySecretHost] != 2 {
+	if got[api.DenySecretPlainHTTP] != 5 || got[api.DenySecretHost] != 2 {
 		t.Errorf("denials by reason %v", got)
 	}
 	refused := 0
@@ -454,8 +455,8 @@ func TestSecretRefusedElsewhere(t *testing.T) {
 			refused += u.Count
 		}
 	}
-	if refused != 6 {
-		t.Errorf("%d refused uses, want 6", refused)
+	if refused != 7 {
+		t.Errorf("%d refused uses, want 7", refused)
 	}
 }
 

@@ -52,10 +52,17 @@ type Decl struct {
 // safe for concurrent use.
 type Store struct {
 	decls []Decl // sorted by name
-	// values maps a name to its current value; a Reload replaces the map.
-	values atomic.Pointer[map[string]string]
+	// values maps a name to its values, the current one first, then
+	// those it replaced (at most MaxPast of them, the newest first); a
+	// Reload replaces the map.
+	values atomic.Pointer[map[string][]string]
 	reload sync.Mutex
 }
+
+// MaxPast is how many values a secret remembers after a rotation, for
+// taking them out of responses: a rotated token may stay valid a while,
+// and a host may hand back one it stored.
+const MaxPast = 8
 
 // Open reads the value of every declaration. A file that cannot be read,
 // or whose content is no valid value, fails it, naming the secret and the
@@ -63,7 +70,7 @@ type Store struct {
 func Open(decls []Decl) (*Store, error) {
 	s := &Store{decls: slices.Clone(decls)}
 	sort.Slice(s.decls, func(i, j int) bool { return s.decls[i].Name < s.decls[j].Name })
-	values := make(map[string]string, len(decls))
+	values := make(map[string][]string, len(decls))
 	var errs []error
 	for i, d := range s.decls {
 		if i > 0 && s.decls[i-1].Name == d.Name {
@@ -79,7 +86,7 @@ func Open(decls []Decl) (*Store, error) {
 			errs = append(errs, fmt.Errorf("secret %s: %w", d.Name, err))
 			continue
 		}
-		values[d.Name] = v
+		values[d.Name] = []string{v}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -128,7 +135,19 @@ func (s *Store) Value(name string) string {
 	if s == nil {
 		return ""
 	}
-	return (*s.values.Load())[name]
+	if vs := (*s.values.Load())[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// Values are name's current value and those it replaced, newest first:
+// what the proxy takes out of responses.
+func (s *Store) Values(name string) []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone((*s.values.Load())[name])
 }
 
 // Reload reads every file again. A secret whose file fails keeps its
@@ -141,18 +160,20 @@ func (s *Store) Reload() (changed []string, err error) {
 	s.reload.Lock()
 	defer s.reload.Unlock()
 	old := *s.values.Load()
-	values := make(map[string]string, len(old))
+	values := make(map[string][]string, len(old))
 	var errs []error
 	for _, d := range s.decls {
+		vs := old[d.Name]
 		v, err := ReadValue(d.File)
-		if err != nil {
+		switch {
+		case err != nil:
 			errs = append(errs, fmt.Errorf("secret %s keeps its value: %w", d.Name, err))
-			v = old[d.Name]
-		}
-		if v != old[d.Name] {
+		case v != vs[0]:
 			changed = append(changed, d.Name)
+			past := slices.DeleteFunc(slices.Clone(vs), func(x string) bool { return x == v })
+			vs = append([]string{v}, past[:min(len(past), MaxPast)]...)
 		}
-		values[d.Name] = v
+		values[d.Name] = vs
 	}
 	s.values.Store(&values)
 	return changed, errors.Join(errs...)

@@ -112,6 +112,18 @@ func TestStore(t *testing.T) {
 	if s.Value("A") != "rotated-value-123" || s.Value("B") != "second-value-xyz" {
 		t.Errorf("after Reload: %q %q", s.Value("A"), s.Value("B"))
 	}
+	// The values a secret had are remembered, newest first, at most
+	// MaxPast of them besides the current one.
+	if got := s.Values("A"); strings.Join(got, " ") != "rotated-value-123 "+value {
+		t.Errorf("Values %q", got)
+	}
+	for i := range MaxPast + 3 {
+		write(t, dir, "a", "value-number-"+string(rune('a'+i)))
+		s.Reload()
+	}
+	if got := s.Values("A"); len(got) != MaxPast+1 || got[0] != "value-number-"+string(rune('a'+MaxPast+2)) {
+		t.Errorf("Values after many rotations %q", got)
+	}
 	var none *Store
 	if none.Len() != 0 || none.Value("A") != "" || none.Info() != nil {
 		t.Error("a nil store has something")
