@@ -93,7 +93,7 @@ var secretReserved = map[string]bool{
 	"USER": true, "LOGNAME": true, "LANG": true, "TMPDIR": true, "MPLBACKEND": true,
 	"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "NO_PROXY": true, "PIP_PROXY": true,
 	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true, "REQUESTS_CA_BUNDLE": true, "CURL_CA_BUNDLE": true,
-	"PIP_CERT": true, "NODE_EXTRA_CA_CERTS": true,
+	"PIP_CERT": true, "NODE_EXTRA_CA_CERTS": true, "GIT_SSL_CAINFO": true,
 }
 
 // ReservedSecretName reports whether name is a variable the jail sets

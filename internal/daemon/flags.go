@@ -3,6 +3,7 @@ package daemon
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -202,7 +203,9 @@ func flagsSecrets(fs *flag.FlagSet, cfg *config.Config) {
 		if s.File != "" {
 			return fmt.Errorf("secret %s is declared twice", name)
 		}
-		s.File = file
+		if s.File, err = credentialsPath(file); err != nil {
+			return err
+		}
 		return nil
 	})
 	fs.Func("secret-host", "NAME=PATTERN: a host the secret NAME goes to, a pattern as --network-allow's and within it, such as api.github.com:443 (repeatable; at least one per secret). A run that asks for the secret may reach it", func(v string) error {
@@ -233,4 +236,21 @@ func flagsSecrets(fs *flag.FlagSet, cfg *config.Config) {
 	})
 	fs.StringVar(&cfg.EgressCACert, "egress-ca-cert", cfg.EgressCACert, "the CA certificate FILE (PEM) that jails of runs with secrets trust for the proxy's certificates, with --egress-ca-key (default: a CA the daemon makes in the state dir, "+config.EgressCADir+"/)")
 	fs.StringVar(&cfg.EgressCAKey, "egress-ca-key", cfg.EgressCAKey, "the private key FILE (PEM, mode 0600) of --egress-ca-cert")
+}
+
+// credentialsPath expands $CREDENTIALS_DIRECTORY (or ${...}) in a secret's
+// file, as systemd sets it for a unit with LoadCredential=: the flags may
+// come through an EnvironmentFile, which systemd does not expand. No other
+// variable is expanded.
+func credentialsPath(file string) (string, error) {
+	const v = "CREDENTIALS_DIRECTORY"
+	if !strings.Contains(file, "$"+v) && !strings.Contains(file, "${"+v+"}") {
+		return file, nil
+	}
+	dir := os.Getenv(v)
+	if dir == "" {
+		return "", fmt.Errorf("%s names $%s, which is not set: give the unit LoadCredential=NAME:PATH (see docs/secrets.md)", file, v)
+	}
+	file = strings.ReplaceAll(file, "${"+v+"}", dir)
+	return strings.ReplaceAll(file, "$"+v, dir), nil
 }

@@ -98,6 +98,7 @@ func TestNetworkFlags(t *testing.T) {
 // secret with no host, or a host beyond --network-allow, stops the daemon
 // before it starts, naming the flag.
 func TestSecretFlags(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
 	parse := func(args ...string) (config.Config, error) {
 		cfg := config.Default()
 		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
@@ -140,9 +141,17 @@ func TestSecretFlags(t *testing.T) {
 		{[]string{"--secret", "T"}, "want NAME=FILE"},
 		{[]string{"--secret-allow-uid", "T=root"}, "not a uid"},
 		{[]string{"--egress-ca-cert", "/ca.pem"}, "--egress-ca-cert and --egress-ca-key go together"},
+		{[]string{"--secret", "T=${CREDENTIALS_DIRECTORY}/T"}, "LoadCredential"},
 	} {
 		if _, err := parse(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.args, err, c.want)
 		}
+	}
+	// Under systemd: the credentials' directory, as the unit's comments
+	// show it.
+	t.Setenv("CREDENTIALS_DIRECTORY", "/run/credentials/cellblockd.service")
+	cfg, err = parse("--network-allow", "api.github.com:443", "--secret", "GH=${CREDENTIALS_DIRECTORY}/GH", "--secret-host", "GH=api.github.com:443")
+	if err != nil || cfg.Secrets[0].File != "/run/credentials/cellblockd.service/GH" {
+		t.Errorf("${CREDENTIALS_DIRECTORY}: %v %+v", err, cfg.Secrets)
 	}
 }

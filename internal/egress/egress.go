@@ -323,7 +323,7 @@ func (e *Egress) ForBuild(id, indexURL string) (*Proxy, error) {
 
 // CAEnv are the variables that point a jail's TLS clients at bundle, the
 // CA bundle that trusts the proxy's certificates: OpenSSL's (Python's ssl,
-// urllib, httpx, curl), requests', curl's, pip's and Node's.
+// urllib, httpx, uv), requests', curl's, pip's, Node's and git's.
 func CAEnv(bundle string) map[string]string {
 	return map[string]string{
 		"SSL_CERT_FILE":       bundle,
@@ -331,6 +331,7 @@ func CAEnv(bundle string) map[string]string {
 		"CURL_CA_BUNDLE":      bundle,
 		"PIP_CERT":            bundle,
 		"NODE_EXTRA_CA_CERTS": bundle,
+		"GIT_SSL_CAINFO":      bundle,
 	}
 }
 

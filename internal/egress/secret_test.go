@@ -721,3 +721,18 @@ func TestEnsureCA(t *testing.T) {
 		t.Fatal("no key")
 	}
 }
+
+// No secret may be named as a variable the proxy sets: the jail would
+// lose the proxy, or its trust in the CA.
+func TestSecretNamesAreNotTheProxysVariables(t *testing.T) {
+	for k := range Environ("127.0.0.1:3128") {
+		if !api.ReservedSecretName(k) {
+			t.Errorf("%s may name a secret", k)
+		}
+	}
+	for k := range CAEnv("/bundle.pem") {
+		if !api.ReservedSecretName(k) {
+			t.Errorf("%s may name a secret", k)
+		}
+	}
+}
