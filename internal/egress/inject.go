@@ -398,17 +398,23 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		if errors.Is(err, context.Canceled) {
 			return
 		}
-		// Filtered: an error may quote what went out.
+		// Filtered: an error may quote what went out, or what came back.
 		msg, _ := newFilter(p.responseRules(extra), nil).string(err.Error())
+		p.log.Debug("an intercepted request failed", "host", t.shown, "err", msg)
 		p.fail(w, http.StatusBadGateway, what+": "+msg)
 		return
 	}
 	defer resp.Body.Close()
-	body, err := decoded(resp)
+	body, expanded, err := decoded(resp)
 	if err != nil {
 		p.used(used, t, r.Method, path, http.StatusBadGateway)
 		p.fail(w, http.StatusBadGateway, fmt.Sprintf("%s: %v", what, err))
 		return
+	}
+	if expanded {
+		// What decompression makes counts against the run's bytes too:
+		// a small answer must not become an endless one.
+		body = &budgetReader{r: body, p: p, t: t}
 	}
 	p.used(used, t, r.Method, path, resp.StatusCode)
 
@@ -449,7 +455,8 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		}
 		if rerr != nil {
 			if rerr != io.EOF {
-				p.log.Debug("an intercepted response ended early", "host", t.shown, "err", rerr)
+				// Not the error's text: it may quote the host's bytes.
+				p.log.Debug("an intercepted response ended early", "host", t.shown)
 				panic(http.ErrAbortHandler) // the program sees it cut, not whole
 			}
 			return
@@ -490,23 +497,48 @@ func uniq(list []*runSecret) []*runSecret {
 // did not decode itself (gzip it asked for) is decoded here when it is
 // gzip or deflate, and any other encoding is refused: the filter cannot
 // read it.
-func decoded(resp *http.Response) (io.Reader, error) {
+// expanded says the body is decompressed (by the transport or here).
+func decoded(resp *http.Response) (body io.Reader, expanded bool, err error) {
 	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
 	if resp.StatusCode < 200 {
-		return nil, fmt.Errorf("the host answered %d, which cellblock does not pass on from a host it puts secrets in", resp.StatusCode)
+		return nil, false, fmt.Errorf("the host answered %d, which cellblock does not pass on from a host it puts secrets in", resp.StatusCode)
 	}
 	switch ce {
 	case "", "identity":
 		resp.Header.Del("Content-Encoding")
-		return resp.Body, nil
+		return resp.Body, resp.Uncompressed, nil
 	case "gzip", "x-gzip":
 		resp.Header.Del("Content-Encoding")
-		return &lazyReader{open: func() (io.Reader, error) { return gzip.NewReader(resp.Body) }}, nil
+		return &lazyReader{open: func() (io.Reader, error) { return gzip.NewReader(resp.Body) }}, true, nil
 	case "deflate":
 		resp.Header.Del("Content-Encoding")
-		return &lazyReader{open: func() (io.Reader, error) { return zlib.NewReader(resp.Body) }}, nil
+		return &lazyReader{open: func() (io.Reader, error) { return zlib.NewReader(resp.Body) }}, true, nil
 	}
-	return nil, fmt.Errorf("the response is encoded %.40q, which cellblock cannot read to take secrets out of it", ce)
+	// The encoding's name is not quoted: it is the host's text, which
+	// passes no filter here.
+	return nil, false, errors.New("the response has a Content-Encoding other than gzip and deflate, which cellblock cannot read to take secrets out of it")
+}
+
+// budgetReader counts what it reads against the run's byte cap, as an
+// upstream connection does.
+type budgetReader struct {
+	r io.Reader
+	p *Proxy
+	t target
+}
+
+func (b *budgetReader) Read(buf []byte) (int, error) {
+	if len(buf) == 0 {
+		return 0, nil
+	}
+	grant := b.p.reserve(len(buf))
+	if grant == 0 {
+		b.p.exhaust(b.t)
+		return 0, errByteLimit
+	}
+	n, err := b.r.Read(buf[:grant])
+	b.p.giveBack(grant - n)
+	return n, err
 }
 
 // lazyReader opens its reader on the first read: a body with no content

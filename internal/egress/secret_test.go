@@ -736,3 +736,32 @@ func TestSecretNamesAreNotTheProxysVariables(t *testing.T) {
 		}
 	}
 }
+
+// A small compressed answer that decompresses into a huge one counts what
+// it becomes against the run's bytes: the proxy stops it at the cap.
+func TestSecretDecompressionCounts(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	f.p.e.cfg.MaxBytes = 4 << 20
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(make([]byte, 64<<20))
+	zw.Close()
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Write(gz.Bytes())
+	}
+	_, body, _ := f.do(t, "GET", "https://"+host+"/", nil, nil)
+	if len(body) > 8<<20 {
+		t.Errorf("the program got %d bytes past a cap of 4 MiB", len(body))
+	}
+	var capped bool
+	for _, d := range f.p.TakeDenials() {
+		capped = capped || d.Reason == api.DenyByteLimit
+	}
+	if !capped {
+		t.Error("no byte_limit denial")
+	}
+}
