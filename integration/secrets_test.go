@@ -556,6 +556,25 @@ print(urllib.request.urlopen(r, timeout=30).read().decode())`, s.secure.Port))
 	if !strings.Contains(out, "secret GH_TOKEN") {
 		t.Errorf("cellblock info:\n%s", out)
 	}
+	// The daemon holding the values: no core file, its memory locked.
+	pid := s.d.Cmd.Process.Pid
+	limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	var locked int64
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmLck:" {
+			locked, _ = strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	var core []string // soft and hard
+	for _, line := range strings.Split(string(limits), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Max core file size"); ok {
+			core = strings.Fields(rest)
+		}
+	}
+	if len(core) < 2 || core[0] != "0" || core[1] != "0" || locked == 0 {
+		t.Errorf("the daemon: %d kB locked, core file limits %q", locked, core)
+	}
 	for p, mode := range map[string]os.FileMode{
 		filepath.Join(s.d.StateDir, "egress-ca"):               0o700,
 		filepath.Join(s.d.StateDir, "egress-ca", "ca-key.pem"): 0o600,

@@ -765,3 +765,46 @@ func TestSecretDecompressionCounts(t *testing.T) {
 		t.Error("no byte_limit denial")
 	}
 }
+
+// The jail is offered HTTP/1.1 alone; a host bound to no secret is a
+// blind tunnel in a run with secrets too: the program sees the host's own
+// certificate, not one of the CA.
+func TestSecretALPNAndBlindTunnels(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, true)
+	blind := newRecorder(t, cert, true)
+	host, blindHost := "localhost:"+up.port, "localhost:"+blind.port
+	f := newSecretFixture(t, roots, []string{blindHost}, []string{host}, []string{"localhost:1"})
+	connect := func(target string, protos []string) (*tls.Conn, error) {
+		c, err := net.Dial("tcp", f.p.listeners[0].Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+		br := bufio.NewReader(c)
+		if res, err := http.ReadResponse(br, nil); err != nil || res.StatusCode != 200 {
+			t.Fatalf("CONNECT %s: %v %v", target, res, err)
+		}
+		tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: "localhost", RootCAs: f.caPool, InsecureSkipVerify: true, NextProtos: protos})
+		return tc, tc.Handshake()
+	}
+	tc, err := connect(host, []string{"h2", "http/1.1"})
+	if err != nil || tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
+		t.Errorf("ALPN h2, http/1.1: %v %q", err, tc.ConnectionState().NegotiatedProtocol)
+	}
+	if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "cellblock egress CA") {
+		t.Errorf("the secret's host is presented by %q", issuer)
+	}
+	if _, err := connect(host, []string{"h2"}); err == nil {
+		t.Error("a client that speaks h2 alone got a connection")
+	}
+	tc, err = connect(blindHost, []string{"h2", "http/1.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := tc.ConnectionState()
+	if st.NegotiatedProtocol != "h2" || st.PeerCertificates[0].Issuer.CommonName != "test upstream CA" {
+		t.Errorf("the blind tunnel: %q, certificate by %q", st.NegotiatedProtocol, st.PeerCertificates[0].Issuer.CommonName)
+	}
+}
