@@ -262,6 +262,19 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		return
 	}
 	defer client.Close()
+	// Close ends it, whatever it is doing: the handshake, or requests.
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.intercepted[client] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.intercepted, client)
+		p.mu.Unlock()
+	}()
 	_ = client.SetDeadline(time.Time{})
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
@@ -295,17 +308,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){}, // no HTTP/2
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
-	}
-	p.intercepted[srv] = struct{}{}
-	p.mu.Unlock()
 	_ = srv.Serve(ln)
-	p.mu.Lock()
-	delete(p.intercepted, srv)
-	p.mu.Unlock()
 }
 
 // serveSecure carries out one request of an intercepted connection to t:

@@ -62,15 +62,15 @@ type Proxy struct {
 	// (more than one after a rotation), which responses are filtered of.
 	uses []api.SecretUse
 	sent map[*runSecret][]string
-	// intercepted are the servers of intercepted connections, which
-	// Close closes.
-	intercepted map[*http.Server]struct{}
+	// intercepted are the program's connections that the proxy
+	// terminates TLS of, which Close closes.
+	intercepted map[net.Conn]struct{}
 	work        sync.WaitGroup // Serve loops and handlers in progress
 }
 
 func (e *Egress) newProxy(id string, pol policy) *Proxy {
 	p := &Proxy{id: id, e: e, pol: pol, log: e.cfg.Log.With("egress", id), upstream: map[net.Conn]struct{}{},
-		sent: map[*runSecret][]string{}, intercepted: map[*http.Server]struct{}{}}
+		sent: map[*runSecret][]string{}, intercepted: map[net.Conn]struct{}{}}
 	p.transport = &http.Transport{
 		Proxy:                  nil, // never the daemon's own proxy settings
 		DialContext:            p.dialContext,
@@ -155,14 +155,10 @@ func (p *Proxy) Close() []api.Denial {
 	for c := range p.upstream {
 		up = append(up, c)
 	}
-	inner := make([]*http.Server, 0, len(p.intercepted))
-	for s := range p.intercepted {
-		inner = append(inner, s)
+	for c := range p.intercepted {
+		up = append(up, c)
 	}
 	p.mu.Unlock()
-	for _, s := range inner {
-		_ = s.Close()
-	}
 	// Listeners and the connections the server tracks (hijacked tunnels
 	// are not: their handlers close them once the upstream side below is
 	// closed).

@@ -808,3 +808,32 @@ func TestSecretALPNAndBlindTunnels(t *testing.T) {
 		t.Errorf("the blind tunnel: %q, certificate by %q", st.NegotiatedProtocol, st.PeerCertificates[0].Issuer.CommonName)
 	}
 }
+
+// Close ends an intercepted connection whatever it is doing: here, a
+// program that sent its CONNECT and never its TLS handshake, with the
+// handshake's deadline far away.
+func TestSecretCloseEndsInterception(t *testing.T) {
+	old := headerTimeout
+	headerTimeout = time.Hour
+	t.Cleanup(func() { headerTimeout = old })
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	c, err := net.Dial("tcp", f.p.listeners[0].Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
+	if res, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || res.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", res, err)
+	}
+	done := make(chan struct{})
+	go func() { f.p.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close waits for the handshake")
+	}
+}
