@@ -66,6 +66,11 @@ type RunRequest struct {
 	// Network asks for egress to the hosts it allows (see Network); none
 	// without it.
 	Network *Network `json:"network,omitempty"`
+	// Secrets names the operator's secrets the run may use (see
+	// SecretUse): each one's variable holds a placeholder, and the proxy
+	// puts the value in requests to the secret's hosts, which the run may
+	// then reach. A session's are fixed when it is created.
+	Secrets []string `json:"secrets,omitempty"`
 	// Tools are host tools the code may call (see Tool); a run that
 	// declares any must be streamed, and its caller answers each call.
 	Tools []Tool `json:"tools,omitempty"`
@@ -140,6 +145,9 @@ type Result struct {
 	Session *SessionState `json:"session,omitempty"`
 	// Denials are what the sandbox refused the program (see Denial).
 	Denials []Denial `json:"denials,omitempty"`
+	// SecretUses are the requests that used the run's secrets (see
+	// SecretUse), counted by kind.
+	SecretUses []SecretUse `json:"secret_uses,omitempty"`
 	// ToolCalls lists the run's tool calls in the order they came;
 	// ToolCallsOverCap counts those refused, unlisted, past its cap.
 	ToolCalls        []ToolCallReport `json:"tool_calls,omitempty"`
@@ -228,6 +236,9 @@ type Info struct {
 	Tools *ToolCaps `json:"tools,omitempty"`
 	// Files are the caps on files in and out, and the artifact store's.
 	Files *FileCaps `json:"files,omitempty"`
+	// Secrets are the secrets runs may ask for, with their hosts and
+	// grants (never their values): shown to root only.
+	Secrets []SecretInfo `json:"secrets,omitempty"`
 }
 
 // DisplayCaps are the caps on what a run reports besides its output.
@@ -356,6 +367,9 @@ func (r *RunRequest) Validate() *Error {
 		return err
 	}
 	if err := r.Network.validate(); err != nil {
+		return err
+	}
+	if err := validateSecrets(r.Secrets, r.Env); err != nil {
 		return err
 	}
 	if err := r.validateTools(); err != nil {

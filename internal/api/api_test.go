@@ -136,3 +136,37 @@ func TestJSONDepth(t *testing.T) {
 		}
 	}
 }
+
+// A request's secrets: names, no repeats, not also in env, and not in a
+// run of a session (the session's are fixed).
+func TestValidateSecrets(t *testing.T) {
+	ok := &RunRequest{Code: "1", Secrets: []string{"GITHUB_TOKEN", "OTHER_1"}}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		req   *RunRequest
+		field string
+	}{
+		{&RunRequest{Code: "1", Secrets: []string{"A", "bad-name"}}, "secrets[1]"},
+		{&RunRequest{Code: "1", Secrets: []string{"A", "A"}}, "secrets[1]"},
+		{&RunRequest{Code: "1", Secrets: []string{"A"}, Env: map[string]string{"A": "x"}}, "secrets[0]"},
+		{&RunRequest{Code: "1", Secrets: make([]string, MaxSecrets+1)}, "secrets"},
+		{&RunRequest{Code: "1", Secrets: []string{"A"}, Session: "s1"}, "secrets"},
+	} {
+		err := c.req.Validate()
+		if err == nil || err.Type != ErrBadRequest || err.Field != c.field {
+			t.Errorf("%+v: %v, want bad_request naming %s", c.req.Secrets, err, c.field)
+		}
+	}
+	sess := &SessionRequest{Secrets: []string{"A"}}
+	if err := sess.Validate(); err != nil || sess.AsRun().Secrets[0] != "A" {
+		t.Errorf("session: %v", err)
+	}
+	for name, reserved := range map[string]bool{"GITHUB_TOKEN": false, "HTTPS_PROXY": true, "https_proxy": true, "SSL_CERT_FILE": true,
+		"LD_PRELOAD": true, "PYTHONPATH": true, "PATH": true, "CELLBLOCK_X": true, "PIP_CERT": true} {
+		if ReservedSecretName(name) != reserved {
+			t.Errorf("ReservedSecretName(%s) = %v", name, !reserved)
+		}
+	}
+}

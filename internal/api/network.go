@@ -60,11 +60,13 @@ const (
 var DenyReasons = []string{DenyNotAllowed, DenyPrivateAddress, DenyForbiddenAddress, DenyConnectionLimit, DenyByteLimit}
 
 // Denial is something the sandbox refused the program: the contract's
-// kind and detail, and for the network the host, port and reason. Count
-// says how many times the same refusal happened.
+// kind and detail, and for the network the host, port and reason (and for
+// a secret, its name). Count says how many times the same refusal
+// happened.
 type Denial struct {
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
+	Secret string `json:"secret,omitempty"`
 	Host   string `json:"host,omitempty"`
 	Port   int    `json:"port,omitempty"`
 	Reason string `json:"reason,omitempty"`

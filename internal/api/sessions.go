@@ -52,6 +52,9 @@ type SessionRequest struct {
 	IdleTimeoutMs int64 `json:"idle_timeout_ms,omitempty"`
 	// Network is the session's egress, for all its runs (see Network).
 	Network *Network `json:"network,omitempty"`
+	// Secrets are the session's secrets, for all its runs (see
+	// RunRequest.Secrets).
+	Secrets []string `json:"secrets,omitempty"`
 	// Files are placed under the session's /work before its first run.
 	Files []FileInput `json:"files,omitempty"`
 }
@@ -60,7 +63,7 @@ type SessionRequest struct {
 // the same validation and the same limits.
 func (r *SessionRequest) AsRun() *RunRequest {
 	return &RunRequest{Code: "\n", Python: r.Python, Dependencies: r.Dependencies, Env: r.Env,
-		MemoryBytes: r.MemoryBytes, Pids: r.Pids, CPUs: r.CPUs, TmpBytes: r.TmpBytes, Network: r.Network}
+		MemoryBytes: r.MemoryBytes, Pids: r.Pids, CPUs: r.CPUs, TmpBytes: r.TmpBytes, Network: r.Network, Secrets: r.Secrets}
 }
 
 // Validate checks the request's shape; it returns an *Error naming the
@@ -120,6 +123,8 @@ type Session struct {
 	Environment *Environment `json:"environment,omitempty"`
 	// Network is the egress the session was created with, if any.
 	Network *Network `json:"network,omitempty"`
+	// Secrets are the secrets the session was created with, if any.
+	Secrets []string `json:"secrets,omitempty"`
 	// MemoryBytes is the memory the session holds now.
 	MemoryBytes int64 `json:"memory_bytes"`
 	// Variables are the globals its code defined, as of its last run:
@@ -176,6 +181,7 @@ func (r *RunRequest) validateSessionRun() *Error {
 		{"cpus", r.CPUs != 0},
 		{"tmp_bytes", r.TmpBytes != 0},
 		{"network", r.Network != nil},
+		{"secrets", len(r.Secrets) > 0},
 	} {
 		if f.set {
 			return Errorf(ErrBadRequest, f.name, "is fixed when a session is created (%s); a run in session %q cannot set it", PathSessions, r.Session)

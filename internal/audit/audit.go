@@ -75,6 +75,8 @@ type Entry struct {
 	Limits      *api.Limits  `json:"limits,omitempty"`
 	// Network is the egress allowlist the request asked for, if any.
 	Network []string `json:"network,omitempty"`
+	// Secrets are the secrets the request asked for, by name.
+	Secrets []string `json:"secrets,omitempty"`
 
 	ExitCode        int        `json:"exit_code"`
 	TimedOut        bool       `json:"timed_out"`
@@ -87,8 +89,12 @@ type Entry struct {
 	StdoutBytes     int        `json:"stdout_bytes"`
 	StderrBytes     int        `json:"stderr_bytes"`
 	// Denials are what the sandbox refused the run (the result's, which
-	// are bounded).
+	// are bounded), a secret's placeholder sent where it may not go among
+	// them.
 	Denials []api.Denial `json:"denials,omitempty"`
+	// SecretUses are the requests that used a secret: its name, host,
+	// method, path and status, counted (never its value).
+	SecretUses []api.SecretUse `json:"secret_uses,omitempty"`
 	// ToolCalls are the run's tool calls (see ToolCall), and
 	// ToolCallsOverCap those refused past its cap, counted.
 	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
@@ -133,6 +139,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		if req.Network != nil {
 			e.Network = req.Network.Allow
 		}
+		e.Secrets = req.Secrets
 	}
 	if res := rec.Result; res != nil {
 		e.RunID = res.RunID
@@ -150,6 +157,7 @@ func NewEntry(rec record.Run, includeCode bool) Entry {
 		e.DurationMs, e.CPUMs, e.MemoryPeakBytes = res.DurationMs, res.CPUMs, res.MemoryPeakBytes
 		e.StdoutBytes, e.StderrBytes = len(res.Stdout), len(res.Stderr)
 		e.Denials = res.Denials
+		e.SecretUses = res.SecretUses
 	}
 	e.ToolCalls = toolCalls(rec.ToolCalls, false)
 	e.ToolCallsOverCap = rec.ToolCallsOverCap

@@ -89,6 +89,7 @@ func writeInfo(w io.Writer, info *api.Info) {
 	fmt.Fprintf(tw, "seccomp\t%s\n", yesNo(info.Seccomp))
 	fmt.Fprintf(tw, "network\t%s\n", orNone(info.Network))
 	writeNetworkPolicy(tw, info.NetworkPolicy)
+	writeSecrets(tw, info.Secrets)
 	if info.Filesystem != "" {
 		fmt.Fprintf(tw, "filesystem\t%s\n", info.Filesystem)
 	}

@@ -20,22 +20,23 @@ type jailFields struct {
 	memory, pids, tmp *int64
 	cpus              *float64
 	network           **api.Network
+	secrets           *[]string
 }
 
 // runJail is the jail of a run request.
 func runJail(r *api.RunRequest) jailFields {
 	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
-		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network}
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network, secrets: &r.Secrets}
 }
 
 // sessionJail is the jail of a session request.
 func sessionJail(r *api.SessionRequest) jailFields {
 	return jailFields{python: &r.Python, deps: &r.Dependencies, env: &r.Env,
-		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network}
+		memory: &r.MemoryBytes, pids: &r.Pids, tmp: &r.TmpBytes, cpus: &r.CPUs, network: &r.Network, secrets: &r.Secrets}
 }
 
 // jailFlagNames are the flags addJailFlags defines, as usage lists them.
-var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", "tmp", "allow-net"}
+var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", "tmp", "allow-net", "secret"}
 
 // addJailFlags defines the flags that fix a jail on fs, storing into j.
 func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
@@ -47,6 +48,25 @@ func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
 	fs.Var(cpusValue{j.cpus}, "cpus", "")
 	fs.Var(sizeValue{j.tmp}, "tmp", "")
 	fs.Var(allowNetValue{j.network}, "allow-net", "")
+	fs.Var(secretValue{j.secrets}, "secret", "")
+}
+
+// secretValue is --secret NAME: a secret of the daemon's the run may use.
+type secretValue struct{ list *[]string }
+
+func (v secretValue) String() string {
+	if v.list == nil {
+		return ""
+	}
+	return strings.Join(*v.list, " ")
+}
+
+func (v secretValue) Set(s string) error {
+	if !api.ValidSecretName(s) {
+		return fmt.Errorf("%q is not a secret's name, such as GITHUB_TOKEN", s)
+	}
+	*v.list = append(*v.list, s)
+	return nil
 }
 
 // allowNetValue is --allow-net HOST:PORT: an entry of the request's
@@ -99,7 +119,7 @@ func checkSessionFlag(fs *flag.FlagSet, id string, fixed []string) error {
 	}
 	if names := flagsGiven(fs, fixed); len(names) > 0 {
 		return fmt.Errorf("%s cannot be used with --session: a session's Python, dependencies, environment, "+
-			"limits and network are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
+			"limits, network and secrets are fixed when it is created (cellblock session new %s ...)", strings.Join(names, ", "), names[0])
 	}
 	return nil
 }

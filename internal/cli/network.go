@@ -40,3 +40,15 @@ func writeNetworkPolicy(w io.Writer, p *api.NetworkInfo) {
 		fmt.Fprintf(w, "\tdependency builds: no network\n")
 	}
 }
+
+// writeSecrets adds the daemon's secrets to the info table (root sees
+// them): the name --secret takes, the hosts each goes to and who may ask.
+func writeSecrets(w io.Writer, list []api.SecretInfo) {
+	for _, s := range list {
+		who := "root"
+		for _, uid := range s.AllowUIDs {
+			who += fmt.Sprintf(", uid %d", uid)
+		}
+		fmt.Fprintf(w, "secret %s\tgoes to %s; --secret %s for %s\n", s.Name, strings.Join(s.Hosts, ", "), s.Name, who)
+	}
+}

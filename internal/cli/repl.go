@@ -65,7 +65,7 @@ Flags:
                        daemon's default)
   -q                   print no banner
   --python VERSION, --with REQUIREMENT, --env KEY=VALUE, --memory SIZE,
-  --pids N, --cpus N, --tmp SIZE, --allow-net HOST:PORT,
+  --pids N, --cpus N, --tmp SIZE, --allow-net HOST:PORT, --secret NAME,
   --idle-timeout DURATION
                        for the session repl creates, as in 'cellblock
                        session new'; not with --session

@@ -61,12 +61,19 @@ Flags:
                        *.example.org:443 for any name below example.org;
                        within what the daemon allows ('cellblock info').
                        Without it the program has no network at all
+  --secret NAME        let the program use the daemon's secret NAME
+                       (repeatable): os.environ["NAME"] holds a placeholder,
+                       and cellblockd's proxy puts the real value in its
+                       place in HTTPS requests to the secret's hosts (which
+                       the program may then reach) and nowhere else; the
+                       value never enters the sandbox. Which secrets exist
+                       and who may use them is the operator's choice
   --session ID         run in that session's interpreter, which keeps its
                        globals, imports and /work from run to run (see
                        'cellblock session'); the session fixed --python,
-                       --with, --env, --memory, --pids, --cpus, --tmp and
-                       --allow-net when it was created: they cannot be
-                       given here
+                       --with, --env, --memory, --pids, --cpus, --tmp,
+                       --allow-net and --secret when it was created: they
+                       cannot be given here
   --tool NAME=COMMAND  let the code call cellblock.tools.NAME(**arguments)
                        (repeatable; with --session too): each call runs
                        COMMAND here, outside the sandbox, with /bin/sh -c,
@@ -494,6 +501,11 @@ func describeInvalid(e *api.Error, req *api.RunRequest, source string) string {
 		}
 	case "files":
 		what = "--file"
+	case "secrets":
+		what = "--secret"
+		if index >= 0 && index < len(req.Secrets) {
+			what = "--secret " + req.Secrets[index]
+		}
 	}
 	return what + ": " + e.Message
 }

@@ -101,6 +101,7 @@ func TestParseRun(t *testing.T) {
 			"--env", "A=1", "--env", "B=x=y", "--env", "FROM_CLIENT", "--env", "UNSET",
 			"--env", "EMPTY", "--env", "C=", "--tmp", "256M", "-i", "--json", "--socket", "/s",
 			"--allow-net", "api.example.org:443", "--allow-net", "*.files.example.org:443",
+			"--secret", "GITHUB_TOKEN", "--secret", "OTHER",
 			"prog.py", "arg",
 		},
 		want: runOptions{
@@ -114,6 +115,7 @@ func TestParseRun(t *testing.T) {
 				Env:          map[string]string{"A": "1", "B": "x=y", "FROM_CLIENT": "copied", "EMPTY": "", "C": ""},
 				TmpBytes:     256 << 20,
 				Network:      &api.Network{Allow: []string{"api.example.org:443", "*.files.example.org:443"}},
+				Secrets:      []string{"GITHUB_TOKEN", "OTHER"},
 			},
 			stdin:  true,
 			json:   true,
@@ -168,6 +170,8 @@ func TestParseRunErrors(t *testing.T) {
 		{[]string{"--cell=maybe", "x.py"}, "-cell"},
 		{[]string{"--allow-net", "example.org", "x.py"}, "-allow-net"},
 		{[]string{"--allow-net", "example.org:*", "x.py"}, "explicit port"},
+		{[]string{"--secret", "not-a-name", "x.py"}, "not a secret's name"},
+		{[]string{"--session", "s1", "--secret", "TOKEN", "x.py"}, "--secret cannot be used with --session"},
 	} {
 		inv, _, _ := testInvocation("", nil)
 		_, err := inv.parseRun(tc.args)

@@ -63,6 +63,8 @@ daemon's defaults, see 'cellblock info'):
   --tmp SIZE               size of each of /tmp, /work and /dev/shm
   --allow-net HOST:PORT    let its runs reach HOST:PORT through cellblockd's
                            network proxy (repeatable), as in 'cellblock run'
+  --secret NAME            let its runs use the daemon's secret NAME
+                           (repeatable), as in 'cellblock run'
   --idle-timeout DURATION  end the session after this long without a run:
                            30m, 1h (default 10m, at most the daemon's
                            maximum)

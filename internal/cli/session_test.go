@@ -295,7 +295,7 @@ func TestRunInSessionRefused(t *testing.T) {
 		{[]string{"--tmp", "1G"}, "--tmp cannot be used with --session"},
 		{[]string{"--allow-net", "api.example.org:443"}, "--allow-net cannot be used with --session"},
 		{[]string{"--tmp", "1G", "--python", "3.12", "--memory", "1G"},
-			"--python, --memory, --tmp cannot be used with --session: a session's Python, dependencies, environment, limits and network are fixed when it is created (cellblock session new --python ...)"},
+			"--python, --memory, --tmp cannot be used with --session: a session's Python, dependencies, environment, limits, network and secrets are fixed when it is created (cellblock session new --python ...)"},
 	} {
 		args := append([]string{"run", "--socket", d.socket, "--session", id}, tc.flags...)
 		got := runCLI(context.Background(), "", nil, append(args, "-c", "pass")...)

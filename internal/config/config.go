@@ -240,6 +240,47 @@ type Config struct {
 	// long a uid keeps an artifact after it last produced it.
 	ArtifactStoreBytes int64
 	ArtifactTTL        time.Duration
+	// Secrets are the credentials runs may ask for by name (see Secret
+	// and package secrets).
+	Secrets []Secret
+	// EgressTrust are files of PEM certificates the proxy trusts, besides
+	// the host's trust store, as roots of the hosts it puts secrets in.
+	EgressTrust []string
+	// EgressCACert and EgressCAKey are the operator's CA, which jails of
+	// runs with secrets trust for the proxy's certificates; empty, the
+	// daemon makes its own under StateDir (EgressCADir).
+	EgressCACert string
+	EgressCAKey  string
+}
+
+// EgressCADir is where the daemon keeps the egress CA it makes, in its
+// state directory.
+const EgressCADir = "egress-ca"
+
+// Secret is one declared secret: --secret NAME=FILE with its
+// --secret-host NAME=PATTERN and --secret-allow-uid NAME=UID.
+type Secret struct {
+	// Name is the variable that holds its placeholder in a jail.
+	Name string
+	// File holds its value (read at start and on SIGHUP).
+	File string
+	// Hosts are the patterns of the hosts the value goes to (at least
+	// one), within NetworkAllow.
+	Hosts []string
+	// AllowUIDs may ask for it besides root.
+	AllowUIDs []int
+}
+
+// SecretNamed is the declaration of name, added when there is none yet:
+// the flags that make one may come in any order.
+func (c *Config) SecretNamed(name string) *Secret {
+	for i := range c.Secrets {
+		if c.Secrets[i].Name == name {
+			return &c.Secrets[i]
+		}
+	}
+	c.Secrets = append(c.Secrets, Secret{Name: name})
+	return &c.Secrets[len(c.Secrets)-1]
 }
 
 // FileCaps are the caps on files in and out, as the API reports them.
@@ -411,6 +452,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateFiles()...)
+	errs = append(errs, c.validateSecrets()...)
 	d, m := c.Defaults, c.Maxima
 	if d.TimeoutMs <= 0 || d.TimeoutMs > m.TimeoutMs || d.MemoryBytes <= 0 || d.MemoryBytes > m.MemoryBytes ||
 		d.Pids <= 0 || d.Pids > m.Pids || d.CPUs <= 0 || d.CPUs > m.CPUs ||
@@ -458,6 +500,54 @@ func (c *Config) validateFiles() []error {
 	}
 	if c.ArtifactTTL < time.Minute || c.ArtifactTTL > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("--artifact-ttl %s must be between 1m and 720h", c.ArtifactTTL))
+	}
+	return errs
+}
+
+// validateSecrets checks the declared secrets and the egress CA's flags.
+// A secret with no host is refused: it would go nowhere, or, worse, an
+// operator might think it goes where it does not.
+func (c *Config) validateSecrets() []error {
+	var errs []error
+	bound, _ := api.ParseNetPatterns("--network-allow", c.NetworkAllow)
+	for _, s := range c.Secrets {
+		n := s.Name
+		switch {
+		case !api.ValidSecretName(n):
+			errs = append(errs, fmt.Errorf("--secret %q: a secret's name is a variable name such as GITHUB_TOKEN (letters, digits and _, at most %d)", n, api.MaxSecretName))
+			continue
+		case api.ReservedSecretName(n):
+			errs = append(errs, fmt.Errorf("--secret %s: the jail sets that variable itself; name the secret otherwise", n))
+		case s.File == "":
+			errs = append(errs, fmt.Errorf("--secret-host or --secret-allow-uid name %s, but no --secret %s=FILE declares it", n, n))
+		case !filepath.IsAbs(s.File):
+			errs = append(errs, fmt.Errorf("--secret %s=%s: the file must be an absolute path", n, s.File))
+		}
+		if len(s.Hosts) == 0 {
+			errs = append(errs, fmt.Errorf("--secret %s has no --secret-host %s=HOST:PORT: a secret goes only to the hosts it is bound to, and this one is bound to none", n, n))
+		}
+		for _, h := range s.Hosts {
+			p, err := api.ParseNetPattern(h)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--secret-host %s=%s: %v", n, h, err))
+				continue
+			}
+			within := false
+			for _, b := range bound {
+				within = within || p.Within(b)
+			}
+			if !within {
+				errs = append(errs, fmt.Errorf("--secret-host %s=%s is beyond --network-allow (%v): no run could reach it", n, h, c.NetworkAllow))
+			}
+		}
+		for _, uid := range s.AllowUIDs {
+			if uid < 0 || uid > 1<<32-2 {
+				errs = append(errs, fmt.Errorf("--secret-allow-uid %s=%d is not a uid", n, uid))
+			}
+		}
+	}
+	if (c.EgressCACert == "") != (c.EgressCAKey == "") {
+		errs = append(errs, errors.New("--egress-ca-cert and --egress-ca-key go together"))
 	}
 	return errs
 }

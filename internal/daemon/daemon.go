@@ -37,6 +37,7 @@ import (
 	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/internal/sessions"
 	"github.com/cellblock/cellblock/nsjail"
+	"github.com/cellblock/cellblock/nsjail/layout"
 	runnerfiles "github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/rootfs"
 	"github.com/cellblock/cellblock/rootfs/envs"
@@ -111,9 +112,13 @@ func newLogger(format string, w io.Writer) *slog.Logger {
 
 // run is the daemon's life: set up, serve, drain, clean up.
 func run(cfg config.Config, log *slog.Logger) error {
-	// Signals first, so that a SIGTERM during start-up is not lost.
+	// Signals first, so that a SIGTERM during start-up is not lost (nor
+	// a SIGHUP fatal).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	// The watchdog, if systemd asked for one, is fed during start-up too.
 	wd := startWatchdog(log)
 	defer wd.close()
@@ -150,6 +155,13 @@ func run(cfg config.Config, log *slog.Logger) error {
 		defer auditLog.Close()
 	}
 	stats := metrics.New(Version)
+	// Secrets before the long work of start-up: a bad one stops it at
+	// once.
+	sec, err := openSecrets(cfg, stats, log)
+	if err != nil {
+		return err
+	}
+	go reloadSecrets(ctx, hup, sec, log)
 
 	cgRoot, err := cgroup.OpenRoot(cfg.CgroupName)
 	if err != nil {
@@ -182,7 +194,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
 	}
 
-	runnerLib, err := runnerfiles.Install(filepath.Join(cfg.StateDir, "runner"))
+	runnerLib, err := runnerfiles.Install(filepath.Join(cfg.StateDir, "runner"), sec.runnerExtra())
 	if err != nil {
 		return err
 	}
@@ -211,15 +223,20 @@ func run(cfg config.Config, log *slog.Logger) error {
 	if aerr != nil {
 		return aerr // Validate checked them
 	}
-	eg, err := egress.New(egress.Config{
+	egCfg := egress.Config{
 		Allow:               netAllow,
 		AllowPrivate:        cfg.NetworkAllowPrivate,
 		MaxConnections:      cfg.NetworkMaxConnections,
 		MaxConnectionsTotal: cfg.NetworkMaxConnectionsTotal,
 		MaxBytes:            cfg.NetworkMaxBytes,
 		OnDenial:            stats.NetworkDenial,
+		OnSecret:            stats.SecretUse,
 		Log:                 log,
-	})
+	}
+	if sec != nil {
+		egCfg.Secrets, egCfg.CA, egCfg.CABundle, egCfg.UpstreamRoots = sec.store, sec.ca, layout.CABundle, sec.roots
+	}
+	eg, err := egress.New(egCfg)
 	if err != nil {
 		return err
 	}
@@ -289,7 +306,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 				if err != nil {
 					return nil, err
 				}
-				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release, Denials: o.Denials}, nil
+				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release, Denials: o.Denials, SecretUses: o.SecretUses}, nil
 			},
 			Result:   runs.ResultOf,
 			Files:    exec,

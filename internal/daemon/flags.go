@@ -3,6 +3,7 @@ package daemon
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -140,6 +141,7 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.IntVar(&cfg.NetworkMaxConnectionsTotal, "network-max-connections-total", cfg.NetworkMaxConnectionsTotal, "connections a run may make through its network proxy in all")
 	fs.Var(size{&cfg.NetworkMaxBytes}, "network-max-bytes", "bytes a run's network connections may carry in all, both ways (default 1G)")
 	flagsFiles(fs, cfg)
+	flagsSecrets(fs, cfg)
 
 	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
 	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")
@@ -180,4 +182,75 @@ func flagsFiles(fs *flag.FlagSet, cfg *config.Config) {
 	fs.Var(size{&cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
 	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back, each user charged in full for its own; past it a user's own least recently produced go first (default 1G)")
 	fs.DurationVar(&cfg.ArtifactTTL, "artifact-ttl", cfg.ArtifactTTL, "how long a user can fetch an artifact after a run of theirs last produced it")
+}
+
+// flagsSecrets binds the declarations of secrets and the egress CA's
+// files (see package secrets).
+func flagsSecrets(fs *flag.FlagSet, cfg *config.Config) {
+	nameValue := func(flag, v string) (string, string, error) {
+		name, val, ok := strings.Cut(v, "=")
+		if !ok || name == "" || val == "" {
+			return "", "", fmt.Errorf("want NAME=%s", map[string]string{"secret": "FILE", "secret-host": "PATTERN", "secret-allow-uid": "UID"}[flag])
+		}
+		return name, val, nil
+	}
+	fs.Func("secret", "a secret runs may ask for: NAME=FILE (repeatable). The value is read from FILE at start and on SIGHUP; the jail's variable NAME holds a placeholder, and the proxy puts the value in requests to the secret's hosts only. Under systemd: LoadCredential=NAME:PATH and --secret NAME=${CREDENTIALS_DIRECTORY}/NAME. Needs --secret-host", func(v string) error {
+		name, file, err := nameValue("secret", v)
+		if err != nil {
+			return err
+		}
+		s := cfg.SecretNamed(name)
+		if s.File != "" {
+			return fmt.Errorf("secret %s is declared twice", name)
+		}
+		if s.File, err = credentialsPath(file); err != nil {
+			return err
+		}
+		return nil
+	})
+	fs.Func("secret-host", "NAME=PATTERN: a host the secret NAME goes to, a pattern as --network-allow's and within it, such as api.github.com:443 (repeatable; at least one per secret). A run that asks for the secret may reach it", func(v string) error {
+		name, pattern, err := nameValue("secret-host", v)
+		if err != nil {
+			return err
+		}
+		s := cfg.SecretNamed(name)
+		s.Hosts = append(s.Hosts, pattern)
+		return nil
+	})
+	fs.Func("secret-allow-uid", "NAME=UID: a uid that may ask for the secret NAME besides root (repeatable; none by default)", func(v string) error {
+		name, u, err := nameValue("secret-allow-uid", v)
+		if err != nil {
+			return err
+		}
+		uid, err := strconv.Atoi(u)
+		if err != nil || uid < 0 {
+			return fmt.Errorf("%q is not a uid", u)
+		}
+		s := cfg.SecretNamed(name)
+		s.AllowUIDs = append(s.AllowUIDs, uid)
+		return nil
+	})
+	fs.Func("egress-trust", "a FILE of PEM certificates the proxy trusts, besides the host's trust store, as roots of the hosts it puts secrets in (repeatable)", func(v string) error {
+		cfg.EgressTrust = append(cfg.EgressTrust, v)
+		return nil
+	})
+	fs.StringVar(&cfg.EgressCACert, "egress-ca-cert", cfg.EgressCACert, "the CA certificate FILE (PEM) that jails of runs with secrets trust for the proxy's certificates, with --egress-ca-key (default: a CA the daemon makes in the state dir, "+config.EgressCADir+"/)")
+	fs.StringVar(&cfg.EgressCAKey, "egress-ca-key", cfg.EgressCAKey, "the private key FILE (PEM, mode 0600) of --egress-ca-cert")
+}
+
+// credentialsPath expands $CREDENTIALS_DIRECTORY (or ${...}) in a secret's
+// file, as systemd sets it for a unit with LoadCredential=: the flags may
+// come through an EnvironmentFile, which systemd does not expand. No other
+// variable is expanded.
+func credentialsPath(file string) (string, error) {
+	const v = "CREDENTIALS_DIRECTORY"
+	if !strings.Contains(file, "$"+v) && !strings.Contains(file, "${"+v+"}") {
+		return file, nil
+	}
+	dir := os.Getenv(v)
+	if dir == "" {
+		return "", fmt.Errorf("%s names $%s, which is not set: give the unit LoadCredential=NAME:PATH (see docs/secrets.md)", file, v)
+	}
+	file = strings.ReplaceAll(file, "${"+v+"}", dir)
+	return strings.ReplaceAll(file, "$"+v, dir), nil
 }

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/cellblock/cellblock/internal/config"
@@ -89,5 +91,67 @@ func TestNetworkFlags(t *testing.T) {
 	cfg.NetworkAllow = append(cfg.NetworkAllow, "no-port.example")
 	if err := cfg.Validate(); err == nil {
 		t.Error("a pattern without a port passed")
+	}
+}
+
+// The secret flags, in any order, make one declaration per name; a
+// secret with no host, or a host beyond --network-allow, stops the daemon
+// before it starts, naming the flag.
+func TestSecretFlags(t *testing.T) {
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	parse := func(args ...string) (config.Config, error) {
+		cfg := config.Default()
+		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		flags(fs, &cfg, new(intList), new(stringList))
+		if err := fs.Parse(args); err != nil {
+			return cfg, err
+		}
+		return cfg, cfg.Validate()
+	}
+	cfg, err := parse("--network-allow", "api.github.com:443", "--network-allow", "*.example.org:443",
+		"--secret-host", "GH=api.github.com:443", "--secret", "GH=/run/credentials/cellblockd.service/GH",
+		"--secret-allow-uid", "GH=1000", "--secret-allow-uid", "GH=1001",
+		"--secret", "EX=/etc/ex", "--secret-host", "EX=*.example.org:443", "--secret-host", "EX=a.example.org:443",
+		"--egress-trust", "/etc/extra.pem", "--egress-ca-cert", "/ca.pem", "--egress-ca-key", "/ca-key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []config.Secret{
+		{Name: "GH", File: "/run/credentials/cellblockd.service/GH", Hosts: []string{"api.github.com:443"}, AllowUIDs: []int{1000, 1001}},
+		{Name: "EX", File: "/etc/ex", Hosts: []string{"*.example.org:443", "a.example.org:443"}},
+	}
+	if fmt.Sprint(cfg.Secrets) != fmt.Sprint(want) || fmt.Sprint(cfg.EgressTrust) != "[/etc/extra.pem]" ||
+		cfg.EgressCACert != "/ca.pem" || cfg.EgressCAKey != "/ca-key.pem" {
+		t.Errorf("config: %+v %v %q %q", cfg.Secrets, cfg.EgressTrust, cfg.EgressCACert, cfg.EgressCAKey)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--network-allow", "a.example:443", "--secret", "T=/t"}, "--secret T has no --secret-host"},
+		{[]string{"--network-allow", "a.example:443", "--secret", "T=/t", "--secret-host", "T=b.example:443"}, "--secret-host T=b.example:443 is beyond --network-allow"},
+		{[]string{"--secret", "T=/t", "--secret-host", "T=b.example:443"}, "is beyond --network-allow"},
+		{[]string{"--network-allow", "a.example:443", "--secret-host", "T=a.example:443"}, "no --secret T=FILE declares it"},
+		{[]string{"--network-allow", "a.example:443", "--secret", "T=t", "--secret-host", "T=a.example:443"}, "must be an absolute path"},
+		{[]string{"--network-allow", "a.example:443", "--secret", "HTTPS_PROXY=/t", "--secret-host", "HTTPS_PROXY=a.example:443"}, "the jail sets that variable itself"},
+		{[]string{"--network-allow", "a.example:443", "--secret", "1T=/t", "--secret-host", "1T=a.example:443"}, "a secret's name is a variable name"},
+		{[]string{"--network-allow", "a.example:443", "--secret", "T=/t", "--secret-host", "T=a.example"}, "--secret-host T=a.example"},
+		{[]string{"--secret", "T=/t", "--secret", "T=/u"}, "declared twice"},
+		{[]string{"--secret", "T"}, "want NAME=FILE"},
+		{[]string{"--secret-allow-uid", "T=root"}, "not a uid"},
+		{[]string{"--egress-ca-cert", "/ca.pem"}, "--egress-ca-cert and --egress-ca-key go together"},
+		{[]string{"--secret", "T=${CREDENTIALS_DIRECTORY}/T"}, "LoadCredential"},
+	} {
+		if _, err := parse(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.args, err, c.want)
+		}
+	}
+	// Under systemd: the credentials' directory, as the unit's comments
+	// show it.
+	t.Setenv("CREDENTIALS_DIRECTORY", "/run/credentials/cellblockd.service")
+	cfg, err = parse("--network-allow", "api.github.com:443", "--secret", "GH=${CREDENTIALS_DIRECTORY}/GH", "--secret-host", "GH=api.github.com:443")
+	if err != nil || cfg.Secrets[0].File != "/run/credentials/cellblockd.service/GH" {
+		t.Errorf("${CREDENTIALS_DIRECTORY}: %v %+v", err, cfg.Secrets)
 	}
 }

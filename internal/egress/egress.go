@@ -16,13 +16,22 @@
 // answers every refusal with a 403 saying why, and keeps a bounded list of
 // denials for the run's result.
 //
+// A run may also ask for the operator's secrets (package secrets): the
+// proxy then allows the secrets' hosts too, terminates TLS to them with a
+// CA of the daemon's, and puts each value in place of the run's
+// placeholder in the requests to the secret's hosts (see secret.go).
+//
 // It decides policy and moves bytes; it never touches a namespace itself
 // (nsjail makes the socket) and it learns the operator's bound from
-// Config.
+// Config. It must not let a secret's value reach a jail, a log line, an
+// error or a denial: values go only into requests to their hosts, over
+// TLS, and what comes back from there passes a filter that takes them
+// out.
 package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +43,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/secrets"
 	"github.com/cellblock/cellblock/nsjail/layout"
 )
 
@@ -93,9 +103,21 @@ type Config struct {
 	// delivers connections to it on the host); nil asks the kernel's
 	// routes (hostLocal). Such an address is private.
 	Local func(netip.Addr) (bool, error)
-	// OnDenial is told the reason (api.Deny*) of every denial, for
-	// metrics; nil for none.
+	// OnDenial is told the reason (api.Deny*) of every network denial,
+	// for metrics; nil for none.
 	OnDenial func(reason string)
+	// Secrets are the secrets runs may ask for; nil for none. CA is then
+	// required: it signs the certificates the proxy presents to a jail
+	// for the secrets' hosts, which the jail trusts through the bundle at
+	// CABundle (a path in the jail). UpstreamRoots verify those hosts
+	// (nil: the system's roots).
+	Secrets       *secrets.Store
+	CA            *CA
+	CABundle      string
+	UpstreamRoots *x509.CertPool
+	// OnSecret is told of every use of a secret by its outcome
+	// (api.Secret*), for metrics; nil for none.
+	OnSecret func(name, outcome string)
 	Log      *slog.Logger
 }
 
@@ -131,6 +153,12 @@ func New(cfg Config) (*Egress, error) {
 	}
 	if cfg.OnDenial == nil {
 		cfg.OnDenial = func(string) {}
+	}
+	if cfg.OnSecret == nil {
+		cfg.OnSecret = func(string, string) {}
+	}
+	if cfg.Secrets.Len() > 0 && (cfg.CA == nil || cfg.CABundle == "") {
+		return nil, errors.New("egress: secrets need a CA and the path of its bundle in the jail")
 	}
 	return &Egress{cfg: cfg}, nil
 }
@@ -187,16 +215,27 @@ func (e *Egress) Info(indexURL string, noIndex bool) *api.NetworkInfo {
 // Enabled reports whether the operator lets runs ask for network at all.
 func (e *Egress) Enabled() bool { return e != nil && len(e.cfg.Allow) > 0 }
 
-// ForRun returns the proxy of run id, which asked for n, or nil when n
-// asks for no network. A request beyond the operator's bound is refused
-// with api.ErrOverLimit naming "network". The caller closes the proxy.
-func (e *Egress) ForRun(id string, n *api.Network) (*Proxy, error) {
-	if !n.Wants() {
+// ForRun returns the proxy of run id, which uid asked for with network n
+// and the secrets named secretNames, or nil when it asks for neither. A
+// request beyond the operator's bound is refused with api.ErrOverLimit
+// naming "network"; an unknown secret with api.ErrBadRequest and a secret
+// not granted to uid with api.ErrForbidden, each naming its entry of
+// "secrets". Each secret asked for allows its hosts. The caller closes
+// the proxy.
+func (e *Egress) ForRun(id string, uid uint32, n *api.Network, secretNames []string) (*Proxy, error) {
+	if !n.Wants() && len(secretNames) == 0 {
 		return nil, nil
 	}
-	asked, aerr := api.ParseNetPatterns("network.allow", n.Allow)
-	if aerr != nil {
-		return nil, aerr
+	var asked []api.NetPattern
+	if n.Wants() {
+		var aerr *api.Error
+		if asked, aerr = api.ParseNetPatterns("network.allow", n.Allow); aerr != nil {
+			return nil, aerr
+		}
+	}
+	runSecrets, err := e.secretsFor(uid, secretNames)
+	if err != nil {
+		return nil, err
 	}
 	if !e.Enabled() {
 		return nil, api.Errorf(api.ErrOverLimit, "network", "this cellblockd gives runs no network (its operator allows none with --network-allow)")
@@ -206,7 +245,55 @@ func (e *Egress) ForRun(id string, n *api.Network) (*Proxy, error) {
 			return nil, api.Errorf(api.ErrOverLimit, "network", "network.allow %q is beyond what this cellblockd allows (%s)", p.String(), patternList(e.cfg.Allow))
 		}
 	}
-	return e.newProxy(id, policy{allow: asked, allowPrivate: e.cfg.AllowPrivate}), nil
+	for _, s := range runSecrets {
+		for _, h := range s.hosts {
+			// The daemon's configuration keeps them within; should it
+			// not, the bound still applies.
+			if !e.within(h) {
+				return nil, api.Errorf(api.ErrOverLimit, "network", "secret %s's host %q is beyond what this cellblockd allows (%s)", s.name, h.String(), patternList(e.cfg.Allow))
+			}
+			asked = append(asked, h)
+		}
+	}
+	return e.newProxy(id, policy{allow: asked, allowPrivate: e.cfg.AllowPrivate, secrets: runSecrets}), nil
+}
+
+// secretsFor checks the secrets uid asked for and gives each its
+// placeholder for the run.
+func (e *Egress) secretsFor(uid uint32, names []string) ([]*runSecret, error) {
+	var out []*runSecret
+	for i, name := range names {
+		field := fmt.Sprintf("secrets[%d]", i)
+		d, ok := e.cfg.Secrets.Decl(name)
+		if !ok {
+			if e.cfg.Secrets.Len() == 0 {
+				return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares none (cellblockd --secret)", name)
+			}
+			return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares %s", name, strings.Join(e.secretNames(), ", "))
+		}
+		if !d.Granted(uid) {
+			return nil, api.Errorf(api.ErrForbidden, field, "uid %d may not use secret %s (cellblockd --secret-allow-uid %s=UID grants it)", uid, name, name)
+		}
+		out = append(out, &runSecret{name: name, hosts: d.Hosts, placeholder: newPlaceholder()})
+	}
+	return out, nil
+}
+
+func (e *Egress) secretNames() []string {
+	var names []string
+	for _, si := range e.cfg.Secrets.Info() {
+		names = append(names, si.Name)
+	}
+	return names
+}
+
+// Secrets lists the declared secrets, their hosts and grants, for root's
+// info; nil when there are none.
+func (e *Egress) Secrets() []api.SecretInfo {
+	if e == nil || e.cfg.Secrets.Len() == 0 {
+		return nil
+	}
+	return e.cfg.Secrets.Info()
 }
 
 // within reports whether p is within the operator's bound.
@@ -232,6 +319,20 @@ func (e *Egress) ForBuild(id, indexURL string) (*Proxy, error) {
 		return nil, err
 	}
 	return e.newProxy(id, policy{allow: allow, allowPrivate: e.cfg.AllowPrivate || named}), nil
+}
+
+// CAEnv are the variables that point a jail's TLS clients at bundle, the
+// CA bundle that trusts the proxy's certificates: OpenSSL's (Python's ssl,
+// urllib, httpx, uv), requests', curl's, pip's, Node's and git's.
+func CAEnv(bundle string) map[string]string {
+	return map[string]string{
+		"SSL_CERT_FILE":       bundle,
+		"REQUESTS_CA_BUNDLE":  bundle,
+		"CURL_CA_BUNDLE":      bundle,
+		"PIP_CERT":            bundle,
+		"NODE_EXTRA_CA_CERTS": bundle,
+		"GIT_SSL_CAINFO":      bundle,
+	}
 }
 
 // buildAllow is what a build against indexURL may reach, and whether the

@@ -118,26 +118,26 @@ func TestForRunBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, err := e.ForRun("r1", nil); p != nil || err != nil {
+	if p, err := e.ForRun("r1", 0, nil, nil); p != nil || err != nil {
 		t.Fatalf("no network: %v %v", p, err)
 	}
-	if p, err := e.ForRun("r1", &api.Network{Allow: []string{}}); p != nil || err != nil {
+	if p, err := e.ForRun("r1", 0, &api.Network{Allow: []string{}}, nil); p != nil || err != nil {
 		t.Fatalf("empty allowlist: %v %v", p, err)
 	}
-	p, err := e.ForRun("r1", &api.Network{Allow: []string{"a.example.org:443", "*.b.example.org:443", "localhost:8080"}})
+	p, err := e.ForRun("r1", 0, &api.Network{Allow: []string{"a.example.org:443", "*.b.example.org:443", "localhost:8080"}}, nil)
 	if err != nil || p == nil {
 		t.Fatalf("within the bound: %v", err)
 	}
 	p.Close()
 	for _, beyond := range []string{"example.org:443", "a.example.org:80", "api.other.io:80", "*:443", "evil.io:443", "127.0.0.1:8080"} {
-		_, err := e.ForRun("r1", &api.Network{Allow: []string{"a.example.org:443", beyond}})
+		_, err := e.ForRun("r1", 0, &api.Network{Allow: []string{"a.example.org:443", beyond}}, nil)
 		var aerr *api.Error
 		if !errors.As(err, &aerr) || aerr.Type != api.ErrOverLimit || aerr.Field != "network" || !strings.Contains(aerr.Message, beyond) {
 			t.Errorf("%s: %v", beyond, err)
 		}
 	}
 	off, _ := New(Config{})
-	_, err = off.ForRun("r1", &api.Network{Allow: []string{"a.example.org:443"}})
+	_, err = off.ForRun("r1", 0, &api.Network{Allow: []string{"a.example.org:443"}}, nil)
 	if !errors.Is(err, api.ErrOverLimit) || !strings.Contains(err.Error(), "--network-allow") {
 		t.Errorf("network off: %v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -25,6 +26,9 @@ type policy struct {
 	// allowPrivate lets names resolve to private addresses (class
 	// private); forbidden ones never are.
 	allowPrivate bool
+	// secrets are the secrets the run asked for; their hosts are in
+	// allow.
+	secrets []*runSecret
 }
 
 // Proxy is the HTTP proxy of one run, session or dependency build. It
@@ -39,6 +43,10 @@ type Proxy struct {
 	// transport forwards plain HTTP requests, dialling through dial; no
 	// connection outlives its request.
 	transport *http.Transport
+	// secure forwards the requests of intercepted connections (those to
+	// the hosts of the run's secrets) over TLS of its own; nil without
+	// secrets.
+	secure *http.Transport
 
 	mu        sync.Mutex
 	closed    bool
@@ -49,11 +57,20 @@ type Proxy struct {
 	bytes     int64                 // bytes carried in all
 	overBytes bool                  // the byte cap was reached
 	denials   []api.Denial
-	work      sync.WaitGroup // Serve loops and handlers in progress
+	// uses are the requests that used a secret since the last
+	// TakeSecretUses; sent are the values put in requests, by secret
+	// (more than one after a rotation), which responses are filtered of.
+	uses []api.SecretUse
+	sent map[*runSecret][]string
+	// intercepted are the program's connections that the proxy
+	// terminates TLS of, which Close closes.
+	intercepted map[net.Conn]struct{}
+	work        sync.WaitGroup // Serve loops and handlers in progress
 }
 
 func (e *Egress) newProxy(id string, pol policy) *Proxy {
-	p := &Proxy{id: id, e: e, pol: pol, log: e.cfg.Log.With("egress", id), upstream: map[net.Conn]struct{}{}}
+	p := &Proxy{id: id, e: e, pol: pol, log: e.cfg.Log.With("egress", id), upstream: map[net.Conn]struct{}{},
+		sent: map[*runSecret][]string{}, intercepted: map[net.Conn]struct{}{}}
 	p.transport = &http.Transport{
 		Proxy:                  nil, // never the daemon's own proxy settings
 		DialContext:            p.dialContext,
@@ -67,6 +84,9 @@ func (e *Egress) newProxy(id string, pol policy) *Proxy {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	if len(pol.secrets) > 0 {
+		p.secure = p.secureTransport()
 	}
 	return p
 }
@@ -92,7 +112,16 @@ func (p *Proxy) Serve(ln net.Listener) map[string]string {
 			p.log.Warn("the proxy stopped serving", "err", err)
 		}
 	}()
-	return Environ(ln.Addr().String())
+	env := Environ(ln.Addr().String())
+	if len(p.pol.secrets) > 0 {
+		for k, v := range CAEnv(p.e.cfg.CABundle) {
+			env[k] = v
+		}
+		for _, s := range p.pol.secrets {
+			env[s.name] = s.placeholder
+		}
+	}
+	return env
 }
 
 // Environ is the environment that points a jail's programs at a proxy on
@@ -126,6 +155,9 @@ func (p *Proxy) Close() []api.Denial {
 	for c := range p.upstream {
 		up = append(up, c)
 	}
+	for c := range p.intercepted {
+		up = append(up, c)
+	}
 	p.mu.Unlock()
 	// Listeners and the connections the server tracks (hijacked tunnels
 	// are not: their handlers close them once the upstream side below is
@@ -138,6 +170,9 @@ func (p *Proxy) Close() []api.Denial {
 		c.Close()
 	}
 	p.transport.CloseIdleConnections()
+	if p.secure != nil {
+		p.secure.CloseIdleConnections()
+	}
 	p.work.Wait()
 	return p.TakeDenials()
 }
@@ -169,23 +204,42 @@ func (p *Proxy) NextRun() []api.Denial {
 	return p.TakeDenials()
 }
 
-// deny records a denial (merged with an earlier one of the same host, port
-// and reason) and tells the metrics. Past maxDenials distinct ones, the
-// last entry counts the rest.
+// TakeSecretUses returns the uses of secrets since the last call and
+// forgets them, as TakeDenials.
+func (p *Proxy) TakeSecretUses() []api.SecretUse {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.uses
+	p.uses = nil
+	return u
+}
+
+// deny records a network denial (merged with an earlier one of the same
+// host, port and reason) and tells the metrics. Past maxDenials distinct
+// ones, the last entry counts the rest.
 func (p *Proxy) deny(host string, port uint16, reason, detail string) {
 	p.e.cfg.OnDenial(reason)
 	p.log.Debug("network denial", "host", host, "port", port, "reason", reason, "detail", detail)
+	p.record(api.Denial{Kind: api.DenialNetwork, Detail: detail, Host: host, Port: int(port), Reason: reason, Count: 1})
+}
+
+// record adds a denial to the run's, merged with an earlier one of the
+// same kind, secret, host, port and reason.
+func (p *Proxy) record(nd api.Denial) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i := range p.denials {
 		d := &p.denials[i]
-		if d.Host == host && d.Port == int(port) && d.Reason == reason {
+		if d.Kind == nd.Kind && d.Secret == nd.Secret && d.Host == nd.Host && d.Port == nd.Port && d.Reason == nd.Reason {
 			d.Count++
 			return
 		}
 	}
 	if len(p.denials) < maxDenials-1 {
-		p.denials = append(p.denials, api.Denial{Kind: api.DenialNetwork, Detail: detail, Host: host, Port: int(port), Reason: reason, Count: 1})
+		p.denials = append(p.denials, nd)
 		return
 	}
 	if len(p.denials) < maxDenials {
@@ -202,6 +256,10 @@ type denial struct {
 	reason string
 	// why says it in words, after the host and port.
 	why string
+	// secret, for a denial of kind api.DenialSecret, is the secret whose
+	// placeholder the request carried; method and path are the request's.
+	secret       *runSecret
+	method, path string
 }
 
 func (d *denial) Error() string { return d.why }
@@ -589,6 +647,18 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		p.fail(w, http.StatusBadRequest, "CONNECT needs HOST:PORT: "+err.Error())
 		return
 	}
+	// The CONNECT itself may carry a placeholder only of a secret bound
+	// to its host; the hosts of the run's secrets are intercepted.
+	bound := p.boundSecrets(t)
+	if d := p.foreignPlaceholder(t, bound, append(headerTexts(r.Header), r.Host)...); d != nil {
+		d.method = http.MethodConnect
+		p.refuse(w, "CONNECT "+t.shown, d)
+		return
+	}
+	if len(bound) > 0 {
+		p.intercept(w, r, t, bound)
+		return
+	}
 	up, err := p.connect(r.Context(), t)
 	if err != nil {
 		p.refuseOrFail(w, "CONNECT "+t.shown, err)
@@ -658,9 +728,26 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	what := r.Method + " " + t.shown
+	// No placeholder goes over plain HTTP, to any host: not in the
+	// request's line or headers, nor (found as it streams) in its body.
+	if found := foundIn(p.pol.secrets, append(headerTexts(r.Header), r.RequestURI, r.Host)...); len(found) > 0 {
+		d := plainDenial(t, found[0])
+		d.method, d.path = r.Method, usePath(r.URL)
+		p.refuse(w, what, d)
+		return
+	}
 	if d := p.allowed(t); d != nil {
 		p.refuse(w, what, d)
 		return
+	}
+	var inBody atomic.Pointer[runSecret]
+	if len(p.pol.secrets) > 0 && r.Body != nil && r.Body != http.NoBody {
+		r.Body = newFilterReader(r.Body, newFilter(placeholderRules(p.pol.secrets), func(ru *rule) error {
+			if inBody.CompareAndSwap(nil, ru.secret) {
+				p.denySecret(plainDenial(t, ru.secret), what, r.Method, usePath(r.URL))
+			}
+			return errPlaceholder
+		}))
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -672,6 +759,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		Transport: p.transport,
 		ErrorLog:  slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if s := inBody.Load(); s != nil {
+				d := plainDenial(t, s)
+				p.answer(w, http.StatusForbidden, "refused "+what+": "+shortReasons[d.reason], d.reason, what+" refused: "+d.why)
+				return
+			}
 			p.refuseOrFail(w, what, err)
 		},
 	}
@@ -705,7 +797,11 @@ func (p *Proxy) refuseOrFail(w http.ResponseWriter, what string, err error) {
 // refuse records d and answers 403 with the reason in the status line
 // (where urllib's and requests' errors show it) and the body.
 func (p *Proxy) refuse(w http.ResponseWriter, what string, d *denial) {
-	p.deny(d.host, d.port, d.reason, what+" refused: "+d.why)
+	if d.secret != nil {
+		p.denySecret(d, what, d.method, d.path)
+	} else {
+		p.deny(d.host, d.port, d.reason, what+" refused: "+d.why)
+	}
 	p.answer(w, http.StatusForbidden, "refused "+what+": "+shortReasons[d.reason], d.reason, what+" refused: "+d.why)
 }
 
@@ -716,6 +812,8 @@ var shortReasons = map[string]string{
 	api.DenyForbiddenAddress: "a forbidden address",
 	api.DenyConnectionLimit:  "too many connections",
 	api.DenyByteLimit:        "the byte limit is reached",
+	api.DenySecretHost:       "a secret's placeholder for another host",
+	api.DenySecretPlainHTTP:  "a secret's placeholder over plain HTTP",
 }
 
 // fail answers an error that is no denial.

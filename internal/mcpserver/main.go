@@ -78,6 +78,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		netAllow = append(netAllow, v)
 		return nil
 	})
+	var secrets []string
+	fs.Func("secret", "give every run_python call (and session) cellblockd's secret `NAME` (repeatable): the code reads a placeholder in os.environ[NAME] and cellblockd puts the real value in HTTPS requests to the secret's hosts; run_python's description tells the model. cellblockd must grant it to this process's uid (--secret-allow-uid)", func(v string) error {
+		if !api.ValidSecretName(v) {
+			return fmt.Errorf("%q is not a secret's name, such as GITHUB_TOKEN", v)
+		}
+		secrets = append(secrets, v)
+		return nil
+	})
 	var code CodeToolsConfig
 	fs.StringVar(&code.ConfigFile, "mcp-config", "", "code mode: connect to the MCP servers of this `FILE` (the mcpServers JSON of MCP clients) and let run_python's code call their tools as cellblock.tools.SERVER__TOOL(...), those --allow-tool allows")
 	fs.Func("allow-tool", "with --mcp-config: a glob `PATTERN` over SERVER__TOOL (such as files__read_* or 'search__*') of tools the code may call (repeatable; none by default)", func(v string) error {
@@ -92,7 +100,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	verbose := fs.Bool("v", false, "log debug messages to stderr")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: cellblock-mcp [--socket PATH] [--http ADDR --token-file FILE | --http unix:PATH]\n"+
-			"                    [--preload-env REQUIREMENT ... [--preload MODULES]] [--network-allow PATTERN ...]\n"+
+			"                    [--preload-env REQUIREMENT ... [--preload MODULES]] [--network-allow PATTERN ...] [--secret NAME ...]\n"+
 			"                    [--mcp-config FILE --allow-tool PATTERN ... [--allow-destructive-tool NAME ...]]\n\n"+
 			"Serves the MCP tools run_python, check_environment, validate_python and reset_session, backed by cellblockd.\n\n")
 		fs.PrintDefaults()
@@ -150,7 +158,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if infoErr != nil {
 		log.Warn("cellblockd is not reachable; starting with generic tool descriptions", "socket", c.Socket(), "err", infoErr)
 	}
-	cfg := Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log, NetworkAllow: netAllow}
+	cfg := Config{Client: c, Info: info, InfoErr: infoErr, Version: version, Logger: log, NetworkAllow: netAllow, Secrets: secrets}
 	if code.ConfigFile != "" {
 		code.Version = version
 		tools, err := OpenCodeTools(ctx, code, log)

@@ -157,11 +157,12 @@ func denialsSchema() map[string]any {
 		"items": map[string]any{
 			"type": "object",
 			"properties": map[string]any{
-				"kind":   typed("string", "network or syscall"),
+				"kind":   typed("string", "network, syscall, or secret (a secret's placeholder sent where the secret may not go)"),
 				"detail": typed("string", "what was refused and why"),
+				"secret": typed("string", "for kind secret: the secret's name"),
 				"host":   typed("string", "the host the program asked for"),
 				"port":   typed("integer", "the port it asked for"),
-				"reason": typed("string", "not_allowed (outside network_allow), private_address, forbidden_address (cloud metadata and the like), connection_limit or byte_limit"),
+				"reason": typed("string", "not_allowed (outside network_allow), private_address, forbidden_address (cloud metadata and the like), connection_limit, byte_limit; for a secret: secret_host (to a host the secret is not for) or secret_plain_http"),
 				"count":  typed("integer", "how many times it was refused"),
 			},
 			"required": []string{"kind", "detail"},

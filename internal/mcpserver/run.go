@@ -23,6 +23,9 @@ func (h *handler) runPython(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err == nil {
 		err = h.networkRequest(&args, rr)
 	}
+	if err == nil && len(h.secrets) > 0 {
+		rr.Secrets = append([]string(nil), h.secrets...)
+	}
 	if err != nil {
 		return textResult("Nothing was run: "+err.Error()+".", true), nil
 	}

@@ -69,6 +69,9 @@ type Config struct {
 	// (network.allow patterns, checked by the caller); empty leaves
 	// run_python without a network_allow parameter.
 	NetworkAllow []string
+	// Secrets are the daemon's secrets every run and session gets
+	// (--secret NAME), which run_python's description names.
+	Secrets []string
 	// CodeTools are other MCP servers' tools that run_python's code may
 	// call (OpenCodeTools); nil for none.
 	CodeTools *CodeTools
@@ -95,6 +98,8 @@ type handler struct {
 	warm *WarmEnv
 	// netAllow is Config.NetworkAllow, parsed.
 	netAllow []api.NetPattern
+	// secrets is Config.Secrets.
+	secrets []string
 	// code is Config.CodeTools.
 	code *CodeTools
 }
@@ -118,6 +123,7 @@ func New(cfg Config) *server.MCPServer {
 		startErr:  cfg.InfoErr,
 		warm:      cfg.Warm,
 		netAllow:  parseNetworkAllow(cfg.NetworkAllow),
+		secrets:   cfg.Secrets,
 		code:      cfg.CodeTools,
 		sessions:  &sessionTable{client: cfg.Client, log: log},
 		artifacts: &artifactTable{},
@@ -165,7 +171,7 @@ func instructionsFor(allow []api.NetPattern) string {
 // tools builds the tool definitions and binds them to their handlers.
 func (h *handler) tools(info *api.Info) []server.ServerTool {
 	return []server.ServerTool{
-		{Tool: h.code.withTools(withNetwork(runPythonTool(info, h.warm), info, h.netAllow)), Handler: h.runPython},
+		{Tool: h.code.withTools(withSecrets(withNetwork(runPythonTool(info, h.warm), info, h.netAllow), info, h.secrets)), Handler: h.runPython},
 		{Tool: checkEnvironmentTool(info), Handler: h.checkEnvironment},
 		{Tool: validatePythonTool(info), Handler: h.validatePython},
 		{Tool: resetSessionTool(), Handler: h.resetSession},

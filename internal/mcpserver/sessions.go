@@ -374,14 +374,14 @@ func noConnectionText(conn string) string {
 func (h *handler) runInSession(ctx context.Context, req mcp.CallToolRequest, args *runArgs, rr *api.RunRequest) *mcp.CallToolResult {
 	name := args.Session
 	spec := specOf(args, rr)
-	sreq := &api.SessionRequest{Python: rr.Python, Dependencies: spec.deps, Env: rr.Env, MemoryBytes: rr.MemoryBytes, Network: rr.Network}
+	sreq := &api.SessionRequest{Python: rr.Python, Dependencies: spec.deps, Env: rr.Env, MemoryBytes: rr.MemoryBytes, Network: rr.Network, Secrets: rr.Secrets}
 	s, refused := h.sessionFor(ctx, name, spec, sreq)
 	if refused != nil {
 		return refused
 	}
 
 	run := *rr
-	run.Python, run.Dependencies, run.Env, run.MemoryBytes, run.Network = "", nil, nil, 0, nil
+	run.Python, run.Dependencies, run.Env, run.MemoryBytes, run.Network, run.Secrets = "", nil, nil, 0, nil, nil
 	run.Session = s.id
 	if e := run.Validate(); e != nil {
 		return runResult(&api.Result{Error: e}, h.currentInfo())

@@ -520,6 +520,7 @@ func resultSchema() map[string]any {
 				},
 			},
 			"denials":       denialsSchema(),
+			"secret_uses":   secretUsesSchema(),
 			"files":         filesOut,
 			"files_skipped": filesSkipped,
 			"display": map[string]any{
@@ -613,6 +614,7 @@ func infoSchema() map[string]any {
 				},
 			},
 			"network_policy": networkPolicySchema(),
+			"secrets":        secretsInfoSchema(),
 		},
 		"required": []string{"version", "pythons", "defaults", "maxima"},
 	}

@@ -34,6 +34,7 @@ type Metrics struct {
 	prestart  prometheus.Counter
 	sessions  *prometheus.CounterVec
 	denials   *prometheus.CounterVec
+	secrets   *prometheus.CounterVec
 	tools     *toolMetrics
 	load      atomic.Pointer[func() (running, queued int)]
 	ready     atomic.Pointer[func() int]
@@ -82,6 +83,10 @@ func New(version string) *Metrics {
 			Name: "cellblock_network_denials_total",
 			Help: "Connections the network proxies of runs, sessions and dependency builds refused, by reason: not_allowed (not in the allowlist), private_address, forbidden_address (cloud metadata and the like), connection_limit, byte_limit.",
 		}, []string{"reason"}),
+		secrets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellblock_secret_uses_total",
+			Help: "Uses of the operator's secrets by runs and sessions, by secret and outcome: injected (a request went to the secret's host with its value), refused (a request carried its placeholder to another host or over plain HTTP), redacted (a response carried its value, and the program got the placeholder instead).",
+		}, []string{"secret", "outcome"}),
 		prestart: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cellblock_runs_prestarted_total",
 			Help: "Runs carried out in a jail built before their request (--prestart); the others had a jail built for them.",
@@ -104,7 +109,7 @@ func New(version string) *Metrics {
 	})
 	info.Set(1)
 	m.reg.MustRegister(
-		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, m.denials, info,
+		m.runs, m.duration, m.setup, m.envHits, m.envMisses, m.envBuilds, m.prestart, m.sessions, m.denials, m.secrets, info,
 		m.tools.calls, m.tools.duration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "cellblock_runs_in_flight",
@@ -168,6 +173,27 @@ func (m *Metrics) NetworkDenial(reason string) {
 	for _, r := range api.DenyReasons {
 		if r == reason {
 			m.denials.WithLabelValues(reason).Inc()
+			return
+		}
+	}
+}
+
+// DeclareSecrets gives every declared secret its series from the start,
+// at zero.
+func (m *Metrics) DeclareSecrets(names []string) {
+	for _, n := range names {
+		for _, o := range api.SecretOutcomes {
+			m.secrets.WithLabelValues(n, o)
+		}
+	}
+}
+
+// SecretUse counts one use of a secret by its outcome (api.Secret*);
+// other outcomes are ignored. Names are the operator's, a bounded set.
+func (m *Metrics) SecretUse(name, outcome string) {
+	for _, o := range api.SecretOutcomes {
+		if o == outcome {
+			m.secrets.WithLabelValues(name, outcome).Inc()
 			return
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/internal/egress"
+	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/toolrelay"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/layout"
@@ -121,9 +123,10 @@ func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
 // Execute implements server.Executor.
 func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
-	// Network, when asked for and within the operator's bound: the
-	// proxy's socket is opened in the jail at the hand-over.
-	proxy, err := e.cfg.Egress.ForRun(id, req.Network)
+	// Network (and secrets), when asked for and within the operator's
+	// bound and grants: the proxy's socket is opened in the jail at the
+	// hand-over.
+	proxy, err := e.cfg.Egress.ForRun(id, callerUID(ctx), req.Network, req.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +160,7 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 	}
 	res := resultOf(out)
 	res.Denials = proxy.Close()
+	res.SecretUses = proxy.TakeSecretUses()
 	reportsOf(out.Runner, res)
 	e.collectRun(ctx, out, req, res)
 	res.Python = py.Version
@@ -167,6 +171,15 @@ func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, 
 		res.Error = api.Errorf(api.ErrCanceled, "", "the run was cancelled")
 	}
 	return res, nil
+}
+
+// callerUID is the uid of the request's caller, which the server put in
+// its context; without one, a uid that holds no grant.
+func callerUID(ctx context.Context) uint32 {
+	if p, ok := peercred.FromContext(ctx); ok {
+		return p.UID
+	}
+	return math.MaxUint32
 }
 
 // run carries out spec in j, a prestarted jail that fits it, or without
@@ -290,7 +303,8 @@ func (e *Executor) Info() api.Info {
 			TotalBytes: e.cfg.Reports.DisplayTotalBytes, ReprBytes: e.cfg.Reports.ReprBytes,
 			TracebackBytes: e.cfg.Reports.TracebackBytes,
 		},
-		Files: e.filesInfo(),
+		Files:   e.filesInfo(),
+		Secrets: e.cfg.Egress.Secrets(),
 	}
 	pys, err := e.store.List()
 	if err != nil {

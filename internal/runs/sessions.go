@@ -34,6 +34,10 @@ func (o *Opened) Release() {
 // afresh.
 func (o *Opened) Denials() []api.Denial { return o.egress.NextRun() }
 
+// SecretUses returns the uses of the session's secrets since the last
+// call: a run's own, taken when it ends.
+func (o *Opened) SecretUses() []api.SecretUse { return o.egress.TakeSecretUses() }
+
 // OpenSession builds the jail of a session (id names it) for req under
 // limits l: its interpreter, dependency environment and limits, fixed for
 // its life. A prestarted jail of the same shape is taken when one waits
@@ -42,7 +46,7 @@ func (e *Executor) OpenSession(ctx context.Context, id string, req *api.SessionR
 	run := req.AsRun()
 	// The session's network, for its whole life: its proxy's socket is
 	// opened in the jail when the session starts.
-	proxy, err := e.cfg.Egress.ForRun(id, req.Network)
+	proxy, err := e.cfg.Egress.ForRun(id, callerUID(ctx), req.Network, req.Secrets)
 	if err != nil {
 		return nil, err
 	}

@@ -236,6 +236,11 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	info.Tools = &api.ToolCaps{Defaults: s.cfg.Tools.Defaults, Maxima: s.cfg.Tools.Maxima}
 	peer, _ := PeerFrom(r.Context())
 	s.callerFiles(&info, peer)
+	if peer.UID != 0 {
+		// Which secrets exist, where they go and who may use them is
+		// the operator's to know.
+		info.Secrets = nil
+	}
 	writeJSON(w, http.StatusOK, info)
 }
 

@@ -47,8 +47,10 @@ type Opened struct {
 	// after Interp is closed.
 	Release func()
 	// Denials, if set, returns what the sandbox refused the session since
-	// the last call: taken after each run, for its result.
-	Denials func() []api.Denial
+	// the last call: taken after each run, for its result. SecretUses,
+	// if set, returns the uses of its secrets likewise.
+	Denials    func() []api.Denial
+	SecretUses func() []api.SecretUse
 }
 
 // Opener builds a session's jail (the daemon's executor).
@@ -116,6 +118,7 @@ type entry struct {
 	lost      bool
 	limits    api.Limits
 	network   *api.Network
+	secrets   []string
 	opened    *Opened
 	cancelRun context.CancelFunc // the run in progress, if any
 }
@@ -298,7 +301,7 @@ func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *a
 		return nil, err
 	}
 	now := time.Now().UTC()
-	e := &entry{id: id, owner: owner.UID, created: now, lastUsed: now, idle: idle, limits: l, network: req.Network, opened: opened}
+	e := &entry{id: id, owner: owner.UID, created: now, lastUsed: now, idle: idle, limits: l, network: req.Network, secrets: req.Secrets, opened: opened}
 	if m.closed {
 		m.mu.Unlock()
 		m.end(e, "ended")
@@ -321,6 +324,7 @@ func (m *Manager) describe(e *entry, vars bool) *api.Session {
 		CreatedAt: e.created, LastUsedAt: e.lastUsed, ExpiresAt: m.expiresAt(e),
 		IdleTimeoutMs: e.idle.Milliseconds(), OwnerUID: e.owner,
 		Python: e.opened.Python, Limits: &l, Environment: e.opened.Environment, Network: e.network,
+		Secrets: e.secrets,
 	}
 	if e.lost || e.opened.Interp.Lost() {
 		s.State = api.SessionLost
@@ -513,6 +517,9 @@ func (m *Manager) sessionResult(e *entry, out *nsjail.Outcome, l api.Limits) *ap
 	res.Session = &api.SessionState{ID: e.id, ExecutionCount: e.count, State: st, ExpiresAt: m.expiresAt(e)}
 	if e.opened.Denials != nil {
 		res.Denials = e.opened.Denials()
+	}
+	if e.opened.SecretUses != nil {
+		res.SecretUses = e.opened.SecretUses()
 	}
 	return res
 }

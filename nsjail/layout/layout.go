@@ -44,6 +44,11 @@ const (
 	RunnerDir = "/usr/lib/cellblock"
 	// RunnerScript is the program the init starts in a runner jail.
 	RunnerScript = RunnerDir + "/_cellblock_runner.py"
+	// CABundle is, when the daemon declares secrets, the CA bundle that
+	// jails of runs with secrets trust (the system's roots and the
+	// daemon's egress CA), CABundleName in RunnerDir.
+	CABundleName = "egress-ca-bundle.pem"
+	CABundle     = RunnerDir + "/" + CABundleName
 )
 
 // Hostname is the jail's host name, in its own UTS namespace.

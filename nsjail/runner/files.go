@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/cellblock/cellblock/rootfs"
 )
@@ -39,7 +42,10 @@ func Files() fs.FS {
 // WriteFiles writes Files into dir, which it creates if needed: files
 // mode 0444, directories 0555, for the daemon to bind-mount read-only at
 // layout.RunnerDir. dir must not exist or be empty.
-func WriteFiles(dir string) error {
+func WriteFiles(dir string) error { return writeFiles(dir, nil) }
+
+// writeFiles writes Files and extra (more files at the top, by name).
+func writeFiles(dir string, extra map[string][]byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("write runner files: %w", err)
 	}
@@ -68,6 +74,11 @@ func WriteFiles(dir string) error {
 	if err != nil {
 		return fmt.Errorf("write runner files into %s: %w", dir, err)
 	}
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		if err := os.WriteFile(filepath.Join(dir, name), extra[name], 0o444); err != nil {
+			return fmt.Errorf("write runner files into %s: %w", dir, err)
+		}
+	}
 	// Directories last, deepest first: once 0555 nothing more goes in.
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if err := os.Chmod(dirs[i], 0o555); err != nil {
@@ -79,11 +90,23 @@ func WriteFiles(dir string) error {
 
 // Install puts Files, read-only, in a directory under parent named by
 // their hash, and returns that directory: a daemon of another version
-// finds its own files, and a jail never sees a half-written one. It
-// removes the directories of other versions under parent, which belongs
-// to one daemon (its state directory is locked).
-func Install(parent string) (string, error) {
+// finds its own files, and a jail never sees a half-written one. extra
+// are more files for every jail, by plain name at the top (the daemon's
+// CA bundle, layout.CABundleName), in the hash too. It removes the
+// directories of other versions under parent, which belongs to one daemon
+// (its state directory is locked).
+func Install(parent string, extra map[string][]byte) (string, error) {
 	h := sha256.New()
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		if name == "" || strings.ContainsAny(name, "/\x00") || name[0] == '.' {
+			return "", fmt.Errorf("runner files: %q is no plain file name", name)
+		}
+		if _, err := fs.Stat(Files(), name); err == nil {
+			return "", fmt.Errorf("runner files: %s is the runner's own", name)
+		}
+		fmt.Fprintf(h, "extra %s %d\n", name, len(extra[name]))
+		h.Write(extra[name])
+	}
 	files := Files()
 	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -121,7 +144,7 @@ func Install(parent string) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("runner files: %w", err)
 	}
-	if err := WriteFiles(tmp); err != nil {
+	if err := writeFiles(tmp, extra); err != nil {
 		rootfs.RemoveTree(tmp)
 		return "", err
 	}

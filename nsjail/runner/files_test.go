@@ -48,7 +48,7 @@ func TestInstall(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(stale, "cellblock"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := Install(parent)
+	dir, err := Install(parent, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestInstall(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o444 {
 		t.Errorf("runner program: %v, mode %v; want 0444", err, st)
 	}
-	again, err := Install(parent)
+	again, err := Install(parent, nil)
 	if err != nil || again != dir {
 		t.Errorf("second Install = %s, %v; want %s", again, err, dir)
 	}
