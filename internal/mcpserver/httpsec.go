@@ -129,7 +129,7 @@ func ListenHTTP(cfg HTTPListenConfig, log *slog.Logger) (net.Listener, HTTPSecur
 		if cfg.TLSCert != "" || cfg.TLSKey != "" {
 			return nil, sec, errors.New("--tls-cert and --tls-key are for TCP; a Unix socket is checked by peer credentials")
 		}
-		ln, err := listenUnix(path, cfg.SocketGroup)
+		ln, err := listenUnix(path, cfg.SocketGroup, cfg.AllowUIDs)
 		if err != nil {
 			return nil, sec, err
 		}
@@ -188,9 +188,10 @@ func readToken(path string, log *slog.Logger) (string, error) {
 
 // listenUnix listens on a Unix socket at path, replacing a stale socket
 // (one nobody answers on) but nothing else. The socket is 0660 and
-// group-owned by group when one is given, else 0600: the file mode is a
-// first gate, the peer check the real one.
-func listenUnix(path, group string) (net.Listener, error) {
+// group-owned by group when one is given, else 0600, and its ACL lets
+// uids in too: the file's permissions are a first gate, the peer check
+// the real one.
+func listenUnix(path, group string, uids []int) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
@@ -222,6 +223,10 @@ func listenUnix(path, group string) (net.Listener, error) {
 		mode = 0o660
 	}
 	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := peercred.AllowUIDsOnSocket(path, uids); err != nil {
 		ln.Close()
 		return nil, err
 	}

@@ -1,7 +1,10 @@
 // Package peercred identifies who is on the other end of a Unix socket
 // (SO_PEERCRED) and decides whether that caller may use a cellblock
 // socket: root, the uids named, and members of one group. It is the one
-// access check of every cellblock socket; it does not listen or serve.
+// access check of every cellblock socket, and it makes a socket file's
+// permissions let in the uids it names (AllowUIDsOnSocket), so that the
+// kernel's check before it does not keep them out; it does not listen or
+// serve.
 package peercred
 
 import (

@@ -1,0 +1,171 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellblock/cellblock/internal/api"
+)
+
+// asUser runs the cellblock CLI with args as uid, with gid uid and no
+// supplementary groups, the way the README shows it: setpriv --reuid
+// --regid --clear-groups.
+func asUser(t *testing.T, uid int, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	setpriv, lerr := exec.LookPath("setpriv")
+	if lerr != nil {
+		t.Skipf("setpriv (util-linux) not installed: %v", lerr)
+	}
+	id := strconv.Itoa(uid)
+	cmd := exec.Command(setpriv, append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", bin(t, "cellblock")}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+// A uid given with --allow-uid uses the socket with the CLI exactly as a
+// member of the socket group would, although it is not in the group (the
+// socket is 0660 root:group): the socket's ACL lets it in. A uid that is
+// neither allowed nor in the group stays out, refused by the kernel
+// before the daemon sees it.
+func TestAllowUIDReachesTheSocket(t *testing.T) {
+	requireRoot(t)
+	dir := searchableDir(t, "cellblock-it-allow-")
+	sock := filepath.Join(dir, "cellblockd.sock")
+	cfg, state := daemonConfig(t, sock, "--allow-uid", "65534", "--socket-group", "cellblock-no-such-group")
+	d := launch(t, cfg, state)
+	d.waitReady(t)
+	if st, err := os.Stat(sock); err != nil || st.Mode().Perm()&0o007 != 0 {
+		t.Fatalf("socket %v %v: others must get nothing", st.Mode(), err)
+	}
+	out, errs, err := asUser(t, 65534, "--socket", sock, "run", "-c", "print(1)")
+	if err != nil || out != "1\n" {
+		t.Errorf("uid 65534 (--allow-uid): %v, stdout %q, stderr %q", err, out, errs)
+	}
+	out, errs, err = asUser(t, 65533, "--socket", sock, "run", "-c", "print(1)")
+	if err == nil || out != "" || !strings.Contains(errs, "permission denied") {
+		t.Errorf("uid 65533 (not allowed): %v, stdout %q, stderr %q; want the kernel's permission denied", err, out, errs)
+	}
+	if strings.Contains(d.Log(), `"uid":65533`) {
+		t.Errorf("the daemon saw uid 65533, which the socket's permissions should have kept out:\n%s", d.LogTail(20))
+	}
+}
+
+// The same through systemd's socket activation: the socket is systemd's
+// (0660 here, as cellblockd.socket makes it), and the daemon gives the
+// uids of --allow-uid their ACL entries on it when it starts.
+func TestAllowUIDReachesAnActivatedSocket(t *testing.T) {
+	requireRoot(t)
+	activate, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		t.Skip("systemd-socket-activate is missing (Debian package systemd; .ci/run installs it)")
+	}
+	dir := searchableDir(t, "cellblock-it-allow-sd-")
+	activated := filepath.Join(dir, "activated.sock")
+	d := launchUnder(t, []string{activate, "-l", activated, "--fdname=cellblockd"}, nil, activated,
+		"--socket", filepath.Join(dir, "own.sock"), "--allow-uid", "65534")
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := d.WaitLog(ctx, "Listening on "+activated); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(activated, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	// Root's first connection starts the daemon.
+	if err := d.Client.Health(ctx); err != nil {
+		t.Fatalf("the activated daemon did not answer: %v\n%s", err, d.Log())
+	}
+	out, errs, err := asUser(t, 65534, "--socket", activated, "run", "-c", "print(1)")
+	if err != nil || out != "1\n" {
+		t.Errorf("uid 65534 (--allow-uid) on the activated socket: %v, stdout %q, stderr %q", err, out, errs)
+	}
+	if _, errs, err := asUser(t, 65533, "--socket", activated, "run", "-c", "print(1)"); err == nil || !strings.Contains(errs, "permission denied") {
+		t.Errorf("uid 65533 (not allowed) on the activated socket: %v, stderr %q", err, errs)
+	}
+}
+
+// A second daemon with the same --cgroup-name (and its own state
+// directory) refuses to start, naming the first one's pid, and removes
+// nothing of it: the first daemon's session keeps its variables and its
+// run in progress ends as it would have.
+func TestSecondDaemonOnTheSameCgroupName(t *testing.T) {
+	requireRoot(t)
+	name := cgroupName(t)
+	first := startDaemon(t, "--cgroup-name", name)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sess, err := first.Client.CreateSession(ctx, &api.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Client.Run(ctx, &api.RunRequest{Session: sess.ID, Code: "kept = 41"}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res *api.Result
+		err error
+	}
+	running := make(chan answer, 1)
+	started := make(chan struct{})
+	go func() {
+		var once bool
+		res, err := first.Client.RunStream(ctx, &api.RunRequest{Code: "import time\nprint('started', flush=True)\ntime.sleep(8)\nprint('finished')", TimeoutMs: 120000},
+			func(stream, data string) {
+				if !once {
+					once = true
+					close(started)
+				}
+			})
+		running <- answer{res, err}
+	}()
+	select {
+	case <-started:
+	case a := <-running:
+		t.Fatalf("the run ended before it started: %v %+v", a.err, a.res)
+	}
+	before := leftoverCgroups()
+	if len(before) == 0 {
+		t.Fatal("the first daemon's jails have no cgroups")
+	}
+
+	dir := searchableDir(t, "cellblock-it-second-")
+	cfg, state := daemonConfig(t, filepath.Join(dir, "cellblockd.sock"), "--cgroup-name", name)
+	second := launch(t, cfg, state)
+	select {
+	case <-second.Done():
+	case <-time.After(readyTimeout):
+		t.Fatalf("the second daemon did not stop\n%s", second.Log())
+	}
+	if second.ExitErr() == nil {
+		t.Errorf("the second daemon exited 0:\n%s", second.Log())
+	}
+	if want := "pid " + strconv.Itoa(first.Cmd.Process.Pid); !strings.Contains(second.Log(), want) {
+		t.Errorf("the second daemon's error does not name %s:\n%s", want, second.Log())
+	}
+	if strings.Contains(second.Log(), "left behind") {
+		t.Errorf("the second daemon swept:\n%s", second.Log())
+	}
+	for _, c := range before {
+		if _, err := os.Stat(c); err != nil {
+			t.Errorf("the first daemon's cgroup %s is gone: %v", c, err)
+		}
+	}
+
+	a := <-running
+	if a.err != nil || a.res.Error != nil || a.res.ExitCode != 0 || a.res.Stdout != "started\nfinished\n" {
+		t.Errorf("the first daemon's run: %v %+v", a.err, a.res)
+	}
+	res, err := first.Client.Run(ctx, &api.RunRequest{Session: sess.ID, Code: "kept + 1", Mode: api.ModeCell})
+	if err != nil || res.Error != nil || res.Value == nil || res.Value.Repr != "42" {
+		t.Errorf("the first daemon's session after the second start: %v %+v", err, res)
+	}
+}
