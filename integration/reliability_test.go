@@ -140,10 +140,13 @@ func TestSecondDaemonOnTheSameCgroupName(t *testing.T) {
 	dir := searchableDir(t, "cellblock-it-second-")
 	cfg, state := daemonConfig(t, filepath.Join(dir, "cellblockd.sock"), "--cgroup-name", name)
 	second := launch(t, cfg, state)
-	select {
-	case <-second.Done():
-	case <-time.After(readyTimeout):
-		t.Fatalf("the second daemon did not stop\n%s", second.Log())
+	rctx, rcancel := context.WithTimeout(ctx, readyTimeout)
+	defer rcancel()
+	if err := second.WaitReady(rctx); err == nil {
+		t.Errorf("the second daemon started:\n%s", second.Log())
+		second.Stop(t)
+	} else if !second.Exited() {
+		t.Fatalf("the second daemon neither started nor stopped: %v", err)
 	}
 	if second.ExitErr() == nil {
 		t.Errorf("the second daemon exited 0:\n%s", second.Log())
