@@ -57,6 +57,27 @@ func TestAllowUIDReachesTheSocket(t *testing.T) {
 	if strings.Contains(d.Log(), `"uid":65533`) {
 		t.Errorf("the daemon saw uid 65533, which the socket's permissions should have kept out:\n%s", d.LogTail(20))
 	}
+
+	// The metrics count what every uid's runs did: root (and the socket
+	// group) reads them, a uid of --allow-uid does not.
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skipf("curl not installed: %v", err)
+	}
+	curl := func(uid int) (string, error) {
+		setpriv, _ := exec.LookPath("setpriv")
+		id := strconv.Itoa(uid)
+		out, err := exec.Command(setpriv, "--reuid="+id, "--regid="+id, "--clear-groups",
+			"curl", "-s", "-w", "\n%{http_code}", "--unix-socket", sock, "http://cellblockd/metrics").Output()
+		return string(out), err
+	}
+	out, err = curl(65534)
+	if err != nil || !strings.HasSuffix(out, "\n403") || strings.Contains(out, "cellblock_runs_total") {
+		t.Errorf("GET /metrics as uid 65534 (--allow-uid): %v %q; want 403 and no figures", err, out)
+	}
+	out, err = curl(0)
+	if err != nil || !strings.HasSuffix(out, "\n200") || !strings.Contains(out, "cellblock_runs_total") {
+		t.Errorf("GET /metrics as root: %v %.200q", err, out)
+	}
 }
 
 // The same through systemd's socket activation: the socket is systemd's

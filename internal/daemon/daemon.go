@@ -331,9 +331,10 @@ func run(cfg config.Config, log *slog.Logger) error {
 				auditLog.Observe(rec)
 			}
 		},
-		Metrics: stats.Handler(),
-		Tools:   cfg.Tools,
-		Files:   cfg.FileCaps(),
+		Metrics:        stats.Handler(),
+		MetricsAllowed: peercred.GroupMembers(cfg.SocketGroup, log),
+		Tools:          cfg.Tools,
+		Files:          cfg.FileCaps(),
 		FileObserver: func(op record.FileOp) {
 			stats.ObserveFile(op)
 			if auditLog != nil {

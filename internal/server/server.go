@@ -47,9 +47,12 @@ type Config struct {
 	// Observer, if set, is told about every finished run (audit, metrics),
 	// and about every run request refused before it ran.
 	Observer func(record.Run)
-	// Metrics, if set, is served at GET /metrics (behind the same
-	// peer-credential check as the API).
-	Metrics http.Handler
+	// Metrics, if set, is served at GET /metrics to the callers
+	// MetricsAllowed admits (root alone when it is nil), besides the API's
+	// own check: the metrics count what every uid's runs did, which the
+	// API tells no uid but root of the others.
+	Metrics        http.Handler
+	MetricsAllowed func(peercred.Peer) bool
 	// Tools caps the tool calls of runs (toolrelay.DefaultConfig when
 	// its defaults are unset).
 	Tools toolrelay.Config
@@ -117,7 +120,7 @@ func (s *Server) Handler() http.Handler {
 	s.registerTools(mux)
 	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /metrics", s.cfg.Metrics)
+		mux.HandleFunc("GET /metrics", s.handleMetrics)
 	}
 	return s.guard(mux)
 }
@@ -216,6 +219,20 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// handleMetrics serves the metrics to the callers allowed them.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	p, _ := PeerFrom(r.Context())
+	allowed := s.cfg.MetricsAllowed
+	if allowed == nil {
+		allowed = func(p peercred.Peer) bool { return p.UID == 0 }
+	}
+	if !allowed(p) {
+		writeError(w, api.Errorf(api.ErrForbidden, "", "uid %d may run code but not read the metrics: they count what every user's runs did, and are for root and the members of the socket group", p.UID))
+		return
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
