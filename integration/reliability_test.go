@@ -3,6 +3,8 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,5 +193,68 @@ func TestSecondDaemonOnTheSameCgroupName(t *testing.T) {
 	res, err := first.Client.Run(ctx, &api.RunRequest{Session: sess.ID, Code: "kept + 1", Mode: api.ModeCell})
 	if err != nil || res.Error != nil || res.Value == nil || res.Value.Repr != "42" {
 		t.Errorf("the first daemon's session after the second start: %v %+v", err, res)
+	}
+}
+
+// Only a session's owner runs code in it or writes files into it: root
+// is refused, in words that say whose it is, and still lists, shows and
+// deletes it; the owner goes on. And what the docs say of a thread an
+// earlier run left: it is still there, and what it prints lands in the
+// run in progress.
+func TestOnlyTheOwnerRunsInASession(t *testing.T) {
+	d := daemon(t) // uid 65533 is allowed on its socket
+	code, body := asUID(t, d, "POST", api.PathSessions, `{}`)
+	var sess api.Session
+	mustJSON(t, string(body), &sess)
+	if code != 200 || sess.ID == "" {
+		t.Fatalf("uid 65533 creating a session: %d %s", code, body)
+	}
+	start := `import threading, time
+stop = False
+def tick():
+    while not stop:
+        print("tick", flush=True)
+        time.sleep(0.05)
+threading.Thread(target=tick, daemon=True).start()
+x = 41`
+	req, _ := json.Marshal(api.RunRequest{Session: sess.ID, Code: start})
+	if code, body := asUID(t, d, "POST", api.PathRuns, string(req)); code != 200 {
+		t.Fatalf("the owner's first run: %d %s", code, body)
+	}
+
+	ctx := context.Background()
+	rootRun, err := d.Client.Run(ctx, &api.RunRequest{Session: sess.ID, Code: "print(x)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rootRun.Error; e == nil || e.Type != api.ErrForbidden || !strings.Contains(e.Message, "belongs to uid 65533") || !strings.Contains(e.Message, "only its owner runs code") || rootRun.Stdout != "" {
+		t.Errorf("root running in uid 65533's session: %+v", rootRun)
+	}
+	var e *api.Error
+	_, err = d.Client.PutSessionFile(ctx, sess.ID, "from-root.txt", strings.NewReader("root's"), 6)
+	if !errors.As(err, &e) || e.Type != api.ErrForbidden {
+		t.Errorf("root putting a file into uid 65533's session: %v", err)
+	}
+	shown, err := d.Client.Session(ctx, sess.ID)
+	if err != nil || shown.OwnerUID != 65533 || shown.ExecutionCount != 1 {
+		t.Errorf("root's look at the session: %+v %v", shown, err)
+	}
+
+	req, _ = json.Marshal(api.RunRequest{Session: sess.ID, Mode: api.ModeCell, Code: "time.sleep(1)\nx + 1"})
+	code, body = asUID(t, d, "POST", api.PathRuns, string(req))
+	var res api.Result
+	mustJSON(t, string(body), &res)
+	if code != 200 || res.Value == nil || res.Value.Repr != "42" || res.Session == nil || res.Session.ExecutionCount != 2 {
+		t.Errorf("the owner's second run: %d %s", code, body)
+	}
+	if !strings.Contains(res.Stdout, "tick") {
+		t.Errorf("the first run's thread printed nothing into the second run: %q", res.Stdout)
+	}
+	req, _ = json.Marshal(api.RunRequest{Session: sess.ID, Code: "stop = True"})
+	if code, body := asUID(t, d, "POST", api.PathRuns, string(req)); code != 200 {
+		t.Errorf("the owner's last run: %d %s", code, body)
+	}
+	if err := d.Client.DeleteSession(ctx, sess.ID); err != nil {
+		t.Errorf("root deleting uid 65533's session: %v", err)
 	}
 }
