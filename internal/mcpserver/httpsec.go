@@ -41,6 +41,9 @@ type HTTPSecurity struct {
 	// the daemon's own socket. A connection without credentials (not a
 	// Unix socket) is refused.
 	Peers func(peercred.Peer) bool
+	// Sessions bounds the MCP sessions clients may leave behind (see
+	// HTTPSessionLimits); the zero value is the defaults.
+	Sessions HTTPSessionLimits
 }
 
 type httpPeerKey struct{}
@@ -104,6 +107,9 @@ type HTTPListenConfig struct {
 	// --socket-group do.
 	AllowUIDs   []int
 	SocketGroup string
+	// Sessions bounds the MCP sessions (idle timeout, how many); the
+	// zero value is the defaults.
+	Sessions HTTPSessionLimits
 }
 
 // ListenHTTP opens the endpoint cfg describes and returns it with the
@@ -112,7 +118,7 @@ type HTTPListenConfig struct {
 // address without TLS unless InsecureNonLoopback (which is logged as a
 // warning every time).
 func ListenHTTP(cfg HTTPListenConfig, log *slog.Logger) (net.Listener, HTTPSecurity, error) {
-	sec := HTTPSecurity{AllowOrigins: cfg.AllowOrigins}
+	sec := HTTPSecurity{AllowOrigins: cfg.AllowOrigins, Sessions: cfg.Sessions}
 	for _, o := range cfg.AllowOrigins {
 		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") || strings.HasSuffix(o, "/") {
 			return nil, sec, fmt.Errorf("--allow-origin %q: an origin is scheme://host[:port], such as https://app.example.org", o)
