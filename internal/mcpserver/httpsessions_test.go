@@ -190,4 +190,3 @@ func (f fakeClientSession) NotificationChannel() chan<- mcp.JSONRPCNotification 
 }
 func (f fakeClientSession) Initialize()       {}
 func (f fakeClientSession) Initialized() bool { return true }
-
