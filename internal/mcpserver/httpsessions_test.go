@@ -16,9 +16,10 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 )
 
-// rawMCP posts one JSON-RPC message to url as a client without an MCP
-// library would, with the bearer token and, unless empty, a session id;
-// it returns the status and the session id the answer carries.
+// rawMCP sends one request to url as a client without an MCP library
+// would, with the bearer token and, unless empty, a session id; it
+// returns the status (0 when hc gave up) and the session id the answer
+// carries.
 func rawMCP(t *testing.T, hc *http.Client, method, url, session, body string) (int, string) {
 	t.Helper()
 	var r io.Reader
@@ -37,7 +38,9 @@ func rawMCP(t *testing.T, hc *http.Client, method, url, session, body string) (i
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		// A stream the server keeps open past the client's timeout.
+		t.Logf("%s with session %q: %v", method, session, err)
+		return 0, ""
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
@@ -104,7 +107,7 @@ func TestHTTPSessionsAreBoundedAndForgotten(t *testing.T) {
 	gone := dialHTTP(t, url, legacy...)
 	goneSession := mustRunIn(t, gone, "data", "v = 2", nil)
 
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: 10 * time.Second}
 	before := heapInUse()
 	issued := 0
 	for range 4000 {
