@@ -61,6 +61,10 @@ type Config struct {
 	// from a session, and every artifact fetched.
 	Files        api.FileCaps
 	FileObserver func(record.FileOp)
+	// MaxConnsPerUID caps the open connections of one uid, MaxConns those
+	// of all uids but root together; 0 is no cap (conns.go).
+	MaxConnsPerUID int
+	MaxConns       int
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -81,8 +85,8 @@ type Server struct {
 	mu       sync.Mutex
 	drained  bool
 	inflight sync.WaitGroup
-	// puts counts the bytes the bodies of session file PUTs hold.
-	puts byteBudget
+	// bodies counts the bytes the bodies of requests hold (bodies.go).
+	bodies byteBudget
 }
 
 // New returns a server for exec.
@@ -129,17 +133,25 @@ func (s *Server) Handler() http.Handler {
 // requests (Go's client lets its own go after 90 s).
 const idleTimeout = 2 * time.Minute
 
+// maxHeaderBytes bounds a request's headers: cellblock's clients send a
+// few hundred bytes.
+const maxHeaderBytes = 64 << 10
+
 // Serve serves the API on ln until ctx ends, then drains: it stops taking
 // runs, lets those in flight finish for up to grace, kills the rest, and
-// returns when all are done.
+// returns when all are done. Connections past the caps of
+// Config.MaxConnsPerUID and MaxConns are refused as they are accepted.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	ln = &limitListener{Listener: ln, s: s, count: &connCounter{perUID: s.cfg.MaxConnsPerUID, total: s.cfg.MaxConns}}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// Between requests only: no ReadTimeout or WriteTimeout, which
-		// would cut runs that stream for minutes. Answers that send
-		// files set their own write deadline (fileAnswer).
+		// would cut runs that stream for minutes. Bodies get a read
+		// deadline of their own (boundBody), answers that send files a
+		// write deadline (fileAnswer).
 		IdleTimeout: idleTimeout,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
@@ -198,7 +210,8 @@ func (s *Server) isDraining() bool {
 	}
 }
 
-// guard checks peer credentials and turns panics into 500s.
+// guard checks peer credentials, bounds the request's body (boundBody)
+// and turns panics into 500s.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -217,6 +230,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeError(w, api.Errorf(api.ErrForbidden, "", "uid %d is not allowed to use cellblockd", p.UID))
 			return
 		}
+		r, release, ok := s.boundBody(w, r)
+		if !ok {
+			return
+		}
+		defer release()
 		next.ServeHTTP(w, r)
 	})
 }
