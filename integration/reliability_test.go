@@ -1,19 +1,23 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/client"
 )
 
 // asUser runs the cellblock CLI with args as uid, with gid uid and no
@@ -257,4 +261,215 @@ x = 41`
 	if err := d.Client.DeleteSession(ctx, sess.ID); err != nil {
 		t.Errorf("root deleting uid 65533's session: %v", err)
 	}
+}
+
+// flood is the program of a caller that never finishes its requests, run
+// as uid 65534 by the tests below. "bodies N": N run requests with a body
+// of 40 MiB, all but its last bytes sent; "headers N": N run requests
+// whose headers promise a body that never comes. It prints a line per
+// request as its fate is known: "N refused STATUS" (answered before the
+// body went), "N sent" (the body, but its end, was taken), "N answer
+// STATUS" (answered after), "N closed" (closed without an answer); then
+// holds every connection until its stdin closes.
+const flood = `
+import resource, select, socket, sys, threading
+mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+size = 40 << 20 if mode == "bodies" else 100
+head = b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % size
+lock = threading.Lock()
+def say(*a):
+    with lock:
+        print(*a, flush=True)
+def status(s):
+    try:
+        s.settimeout(None)
+        data = s.recv(64)
+    except OSError:
+        return None
+    return data.split(b" ")[1].decode() if data.startswith(b"HTTP/1.1 ") else None
+def send(i, s):
+    try:
+        s.sendall(head + b'{"code": "' + b"a" * (size - 20))
+    except OSError:
+        st = status(s)
+        say(i, "refused", st) if st else say(i, "closed")
+        return
+    say(i, "sent")
+    st = status(s)
+    say(i, "answer", st) if st else say(i, "closed")
+conns = []
+answered = 0
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+    except OSError:
+        answered += 1  # nobody took it: refused all the same
+        continue
+    conns.append(s)
+if mode == "bodies":
+    for i, s in enumerate(conns):
+        threading.Thread(target=send, args=(i, s), daemon=True).start()
+else:
+    for s in conns:
+        try:
+            s.sendall(head)
+        except OSError:
+            pass  # answered and closed already: counted below
+    say("connected", n)
+    p = select.poll()
+    byfd = {}
+    for s in conns:
+        p.register(s, select.POLLIN)
+        byfd[s.fileno()] = s
+    while True:
+        ready = p.poll(3000)
+        if not ready:
+            break
+        for fd, _ in ready:
+            s = byfd.pop(fd)
+            p.unregister(fd)
+            status(s)
+            s.close()
+            answered += 1
+    say("refused", answered)
+sys.stdin.read()
+`
+
+// startFlood runs flood as uid 65534 against socket and returns its
+// lines; it is stopped when the test ends.
+func startFlood(t *testing.T, mode, socket string, n int) <-chan string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", flood, mode, socket, strconv.Itoa(n))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 4*n)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Logf("flood %s: %v\n%s", mode, err, stderr.String())
+		}
+	})
+	return lines
+}
+
+// rootRuns says whether root's print(1) is answered, within a minute,
+// while d is flooded.
+func rootRuns(t *testing.T, d *Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(d.Socket)
+	defer c.CloseIdleConnections()
+	res, err := c.Run(ctx, &api.RunRequest{Code: "print(1)"})
+	if err != nil || res.Error != nil || res.Stdout != "1\n" {
+		t.Errorf("root's print(1) during the flood: %v %+v\n%s", err, res, d.LogTail(10))
+	}
+}
+
+// One uid's requests that never finish (eight 40 MiB bodies short of
+// their last bytes; 1,100 requests with headers and no body, on a daemon
+// with 1,024 descriptors) hold the daemon's memory only up to that uid's
+// share and only until the bodies' deadline, and its descriptors only up
+// to the uid's connections; root's print(1) is answered throughout.
+func TestUnfinishedRequestsOfOneUID(t *testing.T) {
+	requireRoot(t)
+	dir := searchableDir(t, "cellblock-it-flood-")
+	sock := filepath.Join(dir, "cellblockd.sock")
+	cfg, state := daemonConfig(t, sock, "--allow-uid", "65534", "--prestart", "1")
+	cfg.Prefix = []string{"prlimit", "--nofile=1024:1024", "--"}
+	d := launch(t, cfg, state)
+	d.waitReady(t)
+	rootRuns(t, d)
+
+	t.Run("bodies", func(t *testing.T) {
+		before := peakRSS(t, d.Cmd.Process.Pid)
+		lines := startFlood(t, "bodies", sock, 8)
+		refused, sent, cut := 0, 0, 0
+		timeout := time.After(4 * time.Minute)
+		for refused+cut < 8 {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the flood ended early: %d refused, %d sent, %d cut", refused, sent, cut)
+				}
+				f := strings.Fields(l)
+				switch {
+				case len(f) == 3 && f[1] == "refused" && f[2] == "429":
+					refused++
+				case len(f) == 2 && f[1] == "sent":
+					sent++
+					if sent == 2 {
+						// Both held bodies are in: the daemon's memory
+						// holds them, and root still runs.
+						if grown := peakRSS(t, d.Cmd.Process.Pid) - before; grown > 200<<20 {
+							t.Errorf("the daemon's peak memory grew by %d MiB", grown>>20)
+						}
+						rootRuns(t, d)
+					}
+				case len(f) >= 2 && (f[1] == "answer" || f[1] == "closed"):
+					cut++
+				default:
+					t.Errorf("flood: %q", l)
+					cut++
+				}
+			case <-timeout:
+				t.Fatalf("the stalled bodies were not cut: %d refused, %d sent, %d cut\n%s", refused, sent, cut, d.LogTail(10))
+			}
+		}
+		if refused != 6 || sent != 2 || cut != 2 {
+			t.Errorf("%d refused, %d sent, %d cut; want 6 refused at once and 2 held until their deadline", refused, sent, cut)
+		}
+		if grown := peakRSS(t, d.Cmd.Process.Pid) - before; grown > 200<<20 {
+			t.Errorf("the daemon's peak memory grew by %d MiB", grown>>20)
+		}
+		rootRuns(t, d)
+	})
+
+	t.Run("headers", func(t *testing.T) {
+		lines := startFlood(t, "headers", sock, 1100)
+		timeout := time.After(2 * time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatal("the flood ended early")
+				}
+				if strings.HasPrefix(l, "connected") {
+					rootRuns(t, d)
+					continue
+				}
+				var n int
+				if _, err := fmt.Sscanf(l, "refused %d", &n); err != nil || n < 1100-128 {
+					t.Errorf("flood: %q; want at least %d of 1100 refused at once", l, 1100-128)
+				}
+				rootRuns(t, d)
+				return
+			case <-timeout:
+				t.Fatalf("the flood did not finish\n%s", d.LogTail(10))
+			}
+		}
+	})
 }
