@@ -162,10 +162,10 @@ type Config struct {
 	// QueueSize is how many runs may wait for a slot; beyond it the daemon
 	// answers 429.
 	QueueSize int
-	// MaxConnectionsPerUID caps the connections one uid (root too) may
-	// have open to the socket; past it a new one is answered 429 and
-	// closed. All uids but root together may have half the daemon's
-	// descriptors (RLIMIT_NOFILE).
+	// MaxConnectionsPerUID caps the connections one uid but root may have
+	// open to the socket; past it a new one is answered 429 and closed.
+	// All uids but root together may have half the daemon's descriptors
+	// (RLIMIT_NOFILE); root's are not counted.
 	MaxConnectionsPerUID int
 	// UserNS selects user namespaces: "auto" (when the kernel allows),
 	// "on" (required) or "off".

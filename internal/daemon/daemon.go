@@ -333,6 +333,8 @@ func run(cfg config.Config, log *slog.Logger) error {
 		},
 		MaxConnsPerUID: cfg.MaxConnectionsPerUID,
 		MaxConns:       connectionsOfAll(log),
+		// The operator always gets in.
+		Uncounted:      func(p peercred.Peer) bool { return p.UID == 0 },
 		Metrics:        stats.Handler(),
 		MetricsAllowed: peercred.GroupMembers(cfg.SocketGroup, log),
 		Tools:          cfg.Tools,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
 )
 
 // startBody opens a connection and sends the headers of a request whose
@@ -139,5 +140,21 @@ func TestConnCounter(t *testing.T) {
 	c.give(0)
 	if !c.take(0) {
 		t.Error("root is bounded by its own connections only")
+	}
+}
+
+// The callers Uncounted names (the daemon's: root) are never refused.
+func TestUncountedConnections(t *testing.T) {
+	c, stop := serve(t, &fakeExecutor{}, Config{MaxConnsPerUID: 1, MaxConns: 1, Uncounted: func(peercred.Peer) bool { return true }})
+	defer stop()
+	for range 3 {
+		conn, err := net.Dial("unix", c.Socket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+	}
+	if res, err := c.Run(context.Background(), &api.RunRequest{Code: "print(1)"}); err != nil || res.Error != nil {
+		t.Errorf("an uncounted caller's fourth connection: %+v %v", res, err)
 	}
 }

@@ -19,8 +19,9 @@ import (
 // connections of each uid, from the peer credentials it reads as it
 // accepts one, and closes at once, with an answer saying why, a
 // connection past MaxConnsPerUID for its uid or past MaxConns for all
-// uids but root together. Root has its own MaxConnsPerUID, and no other
-// uid's connections count against it: the operator always gets in.
+// uids but root together. No other uid's connections count against
+// root's, and the callers Config.Uncounted names (the daemon: root) are
+// not counted at all: the operator always gets in.
 
 // connRefusalDeadline bounds writing the answer to a connection refused
 // as it is accepted: a new connection's buffer takes it at once, and a
@@ -70,9 +71,10 @@ func (c *connCounter) give(uid uint32) {
 // count against their uid's caps.
 type limitListener struct {
 	net.Listener
-	count  *connCounter
-	s      *Server
-	logged time.Time // the last refusal logged; Accept's alone
+	count     *connCounter
+	uncounted func(peercred.Peer) bool // nil: none
+	s         *Server
+	logged    time.Time // the last refusal logged; Accept's alone
 }
 
 // Accept returns the next connection within the caps; those past them
@@ -87,6 +89,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			// Refused by the API's own check (withPeer finds no peer).
 			return c, nil
+		}
+		if l.uncounted != nil && l.uncounted(p) {
+			return &peerConn{Conn: c, peer: p}, nil
 		}
 		if !l.count.take(p.UID) {
 			l.refuse(c, p)
@@ -124,16 +129,18 @@ func (c *connCounter) what(uid uint32) string {
 }
 
 // peerConn is an accepted connection with its peer's credentials, read
-// once as it was accepted; closing it counts it closed.
+// once as it was accepted; closing it counts it closed, if it was counted.
 type peerConn struct {
 	net.Conn
 	peer  peercred.Peer
-	count *connCounter
+	count *connCounter // nil: not counted
 	once  sync.Once
 }
 
 func (c *peerConn) Close() error {
-	c.once.Do(func() { c.count.give(c.peer.UID) })
+	if c.count != nil {
+		c.once.Do(func() { c.count.give(c.peer.UID) })
+	}
 	return c.Conn.Close()
 }
 

@@ -62,9 +62,12 @@ type Config struct {
 	Files        api.FileCaps
 	FileObserver func(record.FileOp)
 	// MaxConnsPerUID caps the open connections of one uid, MaxConns those
-	// of all uids but root together; 0 is no cap (conns.go).
+	// of all uids but root together; 0 is no cap. The connections of the
+	// callers Uncounted names (nil: none) count against neither
+	// (conns.go).
 	MaxConnsPerUID int
 	MaxConns       int
+	Uncounted      func(peercred.Peer) bool
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -142,7 +145,8 @@ const maxHeaderBytes = 64 << 10
 // returns when all are done. Connections past the caps of
 // Config.MaxConnsPerUID and MaxConns are refused as they are accepted.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	ln = &limitListener{Listener: ln, s: s, count: &connCounter{perUID: s.cfg.MaxConnsPerUID, total: s.cfg.MaxConns}}
+	ln = &limitListener{Listener: ln, s: s, uncounted: s.cfg.Uncounted,
+		count: &connCounter{perUID: s.cfg.MaxConnsPerUID, total: s.cfg.MaxConns}}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
