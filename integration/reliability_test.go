@@ -398,8 +398,12 @@ func TestUnfinishedRequestsOfOneUID(t *testing.T) {
 	requireRoot(t)
 	dir := searchableDir(t, "cellblock-it-flood-")
 	sock := filepath.Join(dir, "cellblockd.sock")
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skipf("prlimit (util-linux) not installed: %v", err)
+	}
 	cfg, state := daemonConfig(t, sock, "--allow-uid", "65534", "--prestart", "1")
-	cfg.Prefix = []string{"prlimit", "--nofile=1024:1024", "--"}
+	cfg.Prefix = []string{prlimit, "--nofile=1024:1024", "--"}
 	d := launch(t, cfg, state)
 	d.waitReady(t)
 	rootRuns(t, d)
