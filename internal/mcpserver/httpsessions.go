@@ -157,19 +157,38 @@ func (h *httpSessions) end(id string) {
 	}
 }
 
-// idle lists the sessions without a request in progress that have had
-// none for longer than the limit.
+// isIdle reports whether s has no request in progress and has had none
+// for longer than the limit at now.
+func (h *httpSessions) isIdle(s *httpSession, now time.Time) bool {
+	return s.inFlight == 0 && now.Sub(s.lastUsed) > h.limits.Idle
+}
+
+// idle lists the sessions that are idle now.
 func (h *httpSessions) idle() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.now()
 	var ids []string
 	for id, s := range h.live {
-		if s.inFlight == 0 && now.Sub(s.lastUsed) > h.limits.Idle {
+		if h.isIdle(s, now) {
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// endIfIdle forgets session id if it is still idle (no request began
+// since idle listed it), reporting whether it did: from then on its
+// requests are refused as those of an ended session.
+func (h *httpSessions) endIfIdle(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.live[id]
+	if s == nil || !h.isIdle(s, h.now()) {
+		return false
+	}
+	delete(h.live, id)
+	return true
 }
 
 // sweepInterval is how often idle sessions are looked for: a quarter of
@@ -183,14 +202,15 @@ func (h *httpSessions) sweepInterval() time.Duration {
 // named sessions and forget its artifacts.
 func (h *httpSessions) expire(ctx context.Context, t *server.StreamableHTTPServer, log *slog.Logger) {
 	for _, id := range h.idle() {
+		if !h.endIfIdle(id) {
+			continue
+		}
 		log.Info("MCP session idle too long; ending it", "connection", id, "idle", h.limits.Idle)
 		t.Handle(discardResponse{header: http.Header{}}, &server.HTTPRequest{
 			Method:  http.MethodDelete,
 			Header:  http.Header{server.HeaderKeySessionID: []string{id}},
 			Context: ctx,
 		})
-		// Gone whatever the transport answered.
-		_, _ = h.Terminate(id)
 	}
 }
 

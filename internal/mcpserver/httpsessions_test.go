@@ -193,3 +193,37 @@ func (f fakeClientSession) NotificationChannel() chan<- mcp.JSONRPCNotification 
 }
 func (f fakeClientSession) Initialize()       {}
 func (f fakeClientSession) Initialized() bool { return true }
+
+// The session table on a clock of the test's: a session is idle only
+// without a request in progress, counted from its last request's end; an
+// idle one ends once, and its id is refused from then on.
+func TestHTTPSessionsIdle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	h := newHTTPSessions(HTTPSessionLimits{Idle: time.Minute, Max: 2})
+	h.now = func() time.Time { return now }
+	a, b := h.Generate(), h.Generate()
+	if !h.full() || a == b || !strings.HasPrefix(a, sessionIDPrefix) {
+		t.Fatalf("two sessions: %q %q, full %v", a, b, h.full())
+	}
+	if _, err := h.Validate("mcp-session-never"); err == nil {
+		t.Error("an id never issued is valid")
+	}
+	if !h.begin(a) {
+		t.Fatal("begin of a live session")
+	}
+	now = now.Add(2 * time.Minute)
+	if got := h.idle(); !slices.Equal(got, []string{b}) {
+		t.Errorf("idle with a's request in progress: %v, want only b", got)
+	}
+	h.end(a)
+	if got := h.idle(); !slices.Equal(got, []string{b}) {
+		t.Errorf("idle right after a's request ended: %v, want only b", got)
+	}
+	now = now.Add(time.Minute + time.Second)
+	if !h.endIfIdle(a) || h.endIfIdle(a) {
+		t.Error("a idle past the limit ends, once")
+	}
+	if _, err := h.Validate(a); err == nil || h.full() {
+		t.Errorf("an ended session: valid %v, full %v", err == nil, h.full())
+	}
+}
