@@ -39,12 +39,17 @@ func asUser(t *testing.T, uid int, args ...string) (stdout, stderr string, err e
 
 // A uid given with --allow-uid uses the socket with the CLI exactly as a
 // member of the socket group would, although it is not in the group (the
-// socket is 0660 root:group): the socket's ACL lets it in. A uid that is
-// neither allowed nor in the group stays out, refused by the kernel
-// before the daemon sees it.
+// socket is 0660 root:group, on a tmpfs as /run is): the socket's ACL
+// lets it in. A uid that is neither allowed nor in the group stays out,
+// refused by the kernel before the daemon sees it.
 func TestAllowUIDReachesTheSocket(t *testing.T) {
 	requireRoot(t)
+	// On a tmpfs, as /run is on most hosts.
 	dir := searchableDir(t, "cellblock-it-allow-")
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "mode=0755,size=8m"); err != nil {
+		t.Fatalf("mount a tmpfs for the socket: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	sock := filepath.Join(dir, "cellblockd.sock")
 	cfg, state := daemonConfig(t, sock, "--allow-uid", "65534", "--socket-group", "cellblock-no-such-group")
 	d := launch(t, cfg, state)
