@@ -24,6 +24,10 @@
 //     and pids controllers below <own>, and runs live in <own>/runs/<id>.
 //     libcontainer gets the absolute path of that directory.
 //
+// A subtree is one Root's at a time: OpenRoot locks it (flock on its
+// directories) and refuses, naming the holder's pid, when another daemon
+// holds it, so that no daemon's Sweep removes the runs of a live one.
+//
 // What it must not do: create or write cgroups outside the daemon's own
 // subtree (the exception libcontainer forces on hybrid hosts is the unified
 // hierarchy, which libcontainer always resolves from its mount root), signal

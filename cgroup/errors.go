@@ -24,6 +24,9 @@ var (
 	// ErrKillTimeout is returned when processes are still in a cgroup after
 	// the bounded wait of Kill.
 	ErrKillTimeout = errors.New("processes survived kill")
+	// ErrInUse is returned by OpenRoot when another process (another
+	// daemon) holds the subtree; the error is an *InUseError.
+	ErrInUse = errors.New("cgroup subtree in use")
 	// ErrClosed is returned by Root methods after Close.
 	ErrClosed = errors.New("cgroup root closed")
 )

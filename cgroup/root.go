@@ -28,6 +28,10 @@ type Root struct {
 	runsDir  string     // <own>/runs
 	controls v2Controls // controllers enabled for runs
 
+	// locks are the directories whose flock makes the subtree this
+	// Root's alone (lock.go); released by Close.
+	locks []*os.File
+
 	mu sync.Mutex
 	// live are the runs created, or being created, and not deleted yet.
 	live   map[string]*Cgroup
@@ -42,6 +46,11 @@ type Root struct {
 // <own>/daemon, enables the cpu, memory and pids controllers (those that are
 // available) in <own> and <own>/runs, and runs live in <own>/runs/<id>; name
 // is not part of the v2 layout, which is the daemon's own delegated subtree.
+//
+// The subtree is this Root's alone until Close: OpenRoot locks it first
+// (see lock.go), and fails with an *InUseError (ErrInUse) naming the
+// holder's pid when another process, such as a second daemon with the same
+// name and own cgroup, holds it. Then it has changed nothing of it.
 func OpenRoot(name string) (*Root, error) {
 	if err := ValidateID(name); err != nil {
 		return nil, fmt.Errorf("open cgroup root: name: %w", err)
@@ -205,10 +214,19 @@ func (r *Root) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	r.releaseLocks()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close cgroup root %s: %w", r.name, err)
 	}
 	return nil
+}
+
+// releaseLocks lets the subtree go, to the next daemon.
+func (r *Root) releaseLocks() {
+	for _, f := range r.locks {
+		f.Close()
+	}
+	r.locks = nil
 }
 
 func (r *Root) forget(c *Cgroup) {

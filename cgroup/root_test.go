@@ -693,6 +693,7 @@ func TestSweep(t *testing.T) {
 		chs = append(chs, runIn(t, c, "sleep", "300"))
 		// The daemon "crashes": the Go object is dropped without Delete.
 	}
+	crashed.releaseLocks() // as the kernel does when a process dies
 	fresh := openNamedRoot(t, name)
 	live := create(t, fresh, "live", Limits{})
 	n, err := fresh.Sweep()
@@ -949,5 +950,55 @@ func TestSweepLeavesSharedHierarchiesAlone(t *testing.T) {
 	}
 	if err := unix.Kill(ch.pid(), 0); err != nil {
 		t.Errorf("Sweep killed a foreign process: %v", err)
+	}
+}
+
+// A second root of the same name is refused while the first is open,
+// naming the holder (this process), and has changed nothing; once the
+// first is closed it opens.
+func TestOpenRootInUse(t *testing.T) {
+	first := openTestRoot(t)
+	c := create(t, first, "live", Limits{})
+	_, err := OpenRoot(first.name)
+	var inUse *InUseError
+	if !errors.Is(err, ErrInUse) || !errors.As(err, &inUse) {
+		t.Fatalf("second OpenRoot: %v, want ErrInUse", err)
+	}
+	if inUse.PID != os.Getpid() || inUse.Name != first.name || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("the error names %+v: %v", inUse, err)
+	}
+	for _, d := range c.dirs {
+		if !exists(d) {
+			t.Errorf("the refused root removed %s", d)
+		}
+	}
+	if err := c.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openNamedRoot(t, first.name)
+}
+
+func TestParseLocks(t *testing.T) {
+	const locks = `1: POSIX  ADVISORY  WRITE 100 00:20:72866 0 EOF
+2: FLOCK  ADVISORY  WRITE 24659 00:20:72866 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 300 00:20:72866 0 EOF
+3: FLOCK  ADVISORY  WRITE 400 fd:01:72866 0 EOF
+`
+	for _, c := range []struct {
+		major, minor uint32
+		ino          uint64
+		want         int
+	}{
+		{0, 0x20, 72866, 24659},
+		{0xfd, 1, 72866, 400},
+		{0, 0x20, 1, 0},
+		{0, 0x21, 72866, 0},
+	} {
+		if got := parseLocks(bufio.NewScanner(strings.NewReader(locks)), c.major, c.minor, c.ino); got != c.want {
+			t.Errorf("%x:%x:%d: pid %d, want %d", c.major, c.minor, c.ino, got, c.want)
+		}
 	}
 }

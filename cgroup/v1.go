@@ -66,6 +66,26 @@ func (r *Root) openV1(mounts []mountEntry, own map[string]string) (err error) {
 			}
 		}
 	}()
+	// The private directories first, locked before anything else is
+	// made: another daemon's are left as they are.
+	private := r.privateRootDirs()
+	for _, d := range private {
+		ok, err := mkdirNew(d)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", d, err)
+		}
+		if ok {
+			created = append(created, d)
+		}
+	}
+	if r.locks, err = lockDirs(r.name, private); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.releaseLocks()
+		}
+	}()
 	for _, d := range r.rootDirs() {
 		ok, err := mkdirNew(d)
 		if err != nil {

@@ -27,9 +27,19 @@ func (r *Root) openV2(mounts []mountEntry, own map[string]string) error {
 }
 
 // initV2 sets up the daemon's subtree described by l.
-func (r *Root) initV2(l v2Layout) error {
+func (r *Root) initV2(l v2Layout) (err error) {
 	r.v2 = l
 	r.runsDir = filepath.Join(l.ownDir, runsDir)
+	// <own> is locked before anything in it changes; it is the daemon's
+	// delegated cgroup, never removed by this package.
+	if r.locks, err = lockDirs(r.name, []string{l.ownDir}); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			r.releaseLocks()
+		}
+	}()
 
 	// No internal processes: the daemon leaves <own> for the leaf
 	// <own>/daemon before controllers are enabled in <own>. Writing the pid

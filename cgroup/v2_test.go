@@ -227,6 +227,7 @@ func TestV2CPUStatsAndSweep(t *testing.T) {
 	sleeper := runIn(t, left, "sleep", "300")
 	l := r.v2
 	l.inLeaf = true
+	r.releaseLocks() // the crash: the kernel drops a dead process's locks
 	fresh := initTestV2Root(t, r.name, l)
 	n, err := fresh.Sweep()
 	if err != nil {

@@ -94,7 +94,7 @@ func daemonConfig(t *testing.T, socket string, args ...string) (daemontest.Confi
 		args = append(args, "--state-dir", state)
 	}
 	if flagValue(args, "--cgroup-name") == "" {
-		args = append(args, "--cgroup-name", cgroupName(t))
+		args = append(args, "--cgroup-name", freshCgroupName(t))
 	}
 	ourCgroupNames.Store(flagValue(args, "--cgroup-name"), true)
 	return daemontest.Config{
@@ -169,6 +169,19 @@ func cgroupName(t *testing.T) string {
 		name = name[:40]
 	}
 	return fmt.Sprintf("cellblock-%d-%s", os.Getpid(), name)
+}
+
+// freshCgroupName is cgroupName(t) for the test's first daemon, and the
+// same with a number after it for each later one: two daemons may not
+// share a cgroup name while both live (the second refuses to start).
+func freshCgroupName(t *testing.T) string {
+	name := cgroupName(t)
+	for i := 2; ; i++ {
+		if _, used := ourCgroupNames.Load(name); !used {
+			return name
+		}
+		name = fmt.Sprintf("%s-%d", cgroupName(t), i)
+	}
 }
 
 // sharedCgroupName is the shared daemon's --cgroup-name: this process's

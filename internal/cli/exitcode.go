@@ -104,7 +104,8 @@ func (inv *invocation) reportUnreachable(w io.Writer, err error) {
 	path, from := inv.socketPath()
 	running := "  Is cellblockd running?  Check: systemctl status cellblockd\n"
 	group := "  May you use the socket?  It is open to the \"cellblock\" group: check that `id -nG`\n" +
-		"    lists it (after `sudo usermod -aG cellblock $USER`, log in again).\n"
+		"    lists it (after `sudo usermod -aG cellblock $USER`, log in again), and to the\n" +
+		"    uids the daemon's --allow-uid names.\n"
 	where := fmt.Sprintf("  Is it the right socket?  This is %s (%s); choose another with\n"+
 		"    --socket PATH or $%s.\n", path, from, api.SocketEnv)
 

@@ -24,8 +24,12 @@ const (
 	DefaultUserNSBase    = 1_000_000_000
 	DefaultUserNSSize    = 65536
 	DefaultShutdownGrace = 30 * time.Second
-	DefaultOpenFiles     = 1024
-	DefaultPrestart      = 2
+	// DefaultMaxConnectionsPerUID is more than the CLI, cellblock-mcp (up
+	// to 64 calls at once, each with a tool answer's connection beside
+	// it) and a client's idle connections need.
+	DefaultMaxConnectionsPerUID = 128
+	DefaultOpenFiles            = 1024
+	DefaultPrestart             = 2
 	// DefaultPrestartShapes other shapes of jail keep one prestarted jail
 	// each, for DefaultPrestartIdle after their last run.
 	DefaultPrestartShapes = 4
@@ -158,6 +162,11 @@ type Config struct {
 	// QueueSize is how many runs may wait for a slot; beyond it the daemon
 	// answers 429.
 	QueueSize int
+	// MaxConnectionsPerUID caps the connections one uid but root may have
+	// open to the socket; past it a new one is answered 429 and closed.
+	// All uids but root together may have half the daemon's descriptors
+	// (RLIMIT_NOFILE); root's are not counted.
+	MaxConnectionsPerUID int
 	// UserNS selects user namespaces: "auto" (when the kernel allows),
 	// "on" (required) or "off".
 	UserNS string
@@ -296,14 +305,16 @@ func (c *Config) FileCaps() api.FileCaps {
 func Default() Config {
 	cpus := float64(runtime.NumCPU())
 	return Config{
-		Socket:         DefaultSocket,
-		StateDir:       DefaultStateDir,
-		SocketGroup:    DefaultSocketGroup,
-		CgroupName:     DefaultCgroupName,
-		QueueSize:      DefaultQueueSize,
-		Prestart:       DefaultPrestart,
-		PrestartShapes: DefaultPrestartShapes,
-		PrestartIdle:   DefaultPrestartIdle,
+		Socket:      DefaultSocket,
+		StateDir:    DefaultStateDir,
+		SocketGroup: DefaultSocketGroup,
+		CgroupName:  DefaultCgroupName,
+		QueueSize:   DefaultQueueSize,
+
+		MaxConnectionsPerUID: DefaultMaxConnectionsPerUID,
+		Prestart:             DefaultPrestart,
+		PrestartShapes:       DefaultPrestartShapes,
+		PrestartIdle:         DefaultPrestartIdle,
 
 		MaxSessions:        DefaultMaxSessions,
 		MaxSessionsPerUID:  DefaultMaxSessionsPerUID,
@@ -392,6 +403,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PrestartIdle < time.Second || c.PrestartIdle > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("--prestart-idle %s must be between 1s and 24h", c.PrestartIdle))
+	}
+	if c.MaxConnectionsPerUID < 1 {
+		errs = append(errs, fmt.Errorf("--max-connections-per-uid %d must be at least 1", c.MaxConnectionsPerUID))
 	}
 	if c.QueueSize < 0 || c.QueueSize > 100000 {
 		errs = append(errs, fmt.Errorf("--queue %d must be between 0 and 100000", c.QueueSize))

@@ -348,9 +348,14 @@ func run(cfg config.Config, log *slog.Logger) error {
 				auditLog.Observe(rec)
 			}
 		},
-		Metrics: stats.Handler(),
-		Tools:   cfg.Tools,
-		Files:   cfg.FileCaps(),
+		MaxConnsPerUID: cfg.MaxConnectionsPerUID,
+		MaxConns:       connectionsOfAll(log),
+		// The operator always gets in.
+		Uncounted:      func(p peercred.Peer) bool { return p.UID == 0 },
+		Metrics:        stats.Handler(),
+		MetricsAllowed: peercred.GroupMembers(cfg.SocketGroup, log),
+		Tools:          cfg.Tools,
+		Files:          cfg.FileCaps(),
 		FileObserver: func(op record.FileOp) {
 			stats.ObserveFile(op)
 			if auditLog != nil {
@@ -467,4 +472,17 @@ func reportLimits(cfg config.Config) runnerfiles.Limits {
 	// A tool call's frame carries its arguments as they are.
 	l.FrameBytes = max(l.FrameBytes, int(cfg.Tools.Maxima.ArgumentBytes+64<<10))
 	return l
+}
+
+// connectionsOfAll is how many connections all uids but root may have
+// open together: half the descriptors the daemon may have, so that
+// root's, the jails' pipes and the daemon's own files always have the
+// other half.
+func connectionsOfAll(log *slog.Logger) int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil || lim.Cur == unix.RLIM_INFINITY {
+		log.Warn("no bound on the connections of all users together", "err", err)
+		return 0
+	}
+	return int(max(lim.Cur/2, 1))
 }

@@ -115,6 +115,7 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.DurationVar(&cfg.SessionMaxIdle, "session-max-idle", cfg.SessionMaxIdle, "the longest idle timeout a session may ask for (the default is "+api.DefaultSessionIdle.String()+")")
 	fs.DurationVar(&cfg.SessionMaxLifetime, "session-max-lifetime", cfg.SessionMaxLifetime, "a session ends at this age, however busy")
 	fs.IntVar(&cfg.QueueSize, "queue", cfg.QueueSize, "runs that may wait for a slot before the daemon answers 429")
+	fs.IntVar(&cfg.MaxConnectionsPerUID, "max-connections-per-uid", cfg.MaxConnectionsPerUID, "connections one uid may have open to the socket; past it a new one is answered 429 and closed (all uids together: half the daemon's descriptors; root's are not counted)")
 	fs.StringVar(&cfg.UserNS, "userns", cfg.UserNS, "user namespaces: auto, on or off")
 	fs.Int64Var(&cfg.UserNSBase, "userns-base", cfg.UserNSBase, "first host uid/gid of the jails' 65536 ids")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long SIGTERM lets runs in flight finish")

@@ -15,11 +15,14 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 
 	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/peercred"
 )
 
 // listen returns the socket systemd passed by socket activation, or makes
-// the daemon's own at cfg.Socket: mode 0660, group cfg.SocketGroup. A stale
-// socket left by a dead daemon is removed; a live one is an error.
+// the daemon's own at cfg.Socket: mode 0660, group cfg.SocketGroup. Either
+// way the uids of --allow-uid may connect too, by an ACL on the socket
+// file. A stale socket left by a dead daemon is removed; a live one is an
+// error.
 func listen(cfg config.Config, log *slog.Logger) (net.Listener, bool, error) {
 	lns, err := activation.Listeners()
 	if err != nil {
@@ -28,6 +31,20 @@ func listen(cfg config.Config, log *slog.Logger) (net.Listener, bool, error) {
 	for _, ln := range lns {
 		if ln != nil && ln.Addr().Network() == "unix" {
 			log.Info("using the socket passed by systemd", "socket", ln.Addr().String())
+			// systemd made it (SocketMode=0660, SocketGroup=): the
+			// uids of --allow-uid get in by its ACL.
+			path := ln.Addr().String()
+			if path == "" || path[0] == '@' {
+				if len(cfg.AllowUIDs) > 0 {
+					ln.Close()
+					return nil, false, fmt.Errorf("--allow-uid needs a socket file to give the uids access to, and systemd passed %q", path)
+				}
+				return ln, true, nil
+			}
+			if err := peercred.AllowUIDsOnSocket(path, cfg.AllowUIDs); err != nil {
+				ln.Close()
+				return nil, false, err
+			}
 			return ln, true, nil
 		}
 	}
@@ -62,6 +79,12 @@ func listen(cfg config.Config, log *slog.Logger) (net.Listener, bool, error) {
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()
 		return nil, false, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	// The uids of --allow-uid, in the group or not, get in by the
+	// socket's ACL; everyone else stays out.
+	if err := peercred.AllowUIDsOnSocket(path, cfg.AllowUIDs); err != nil {
+		ln.Close()
+		return nil, false, err
 	}
 	return ln, false, nil
 }

@@ -195,9 +195,12 @@ type connArtifacts struct {
 	order []string               // oldest first
 }
 
-// add records files for the connection conn ("" records nothing).
-func (t *artifactTable) add(conn string, files []api.File) {
-	if conn == "" || len(files) == 0 {
+// connected is an OnRegisterSession hook: a connection the MCP server
+// registered (one that initialized; over HTTP, with an id this server
+// issued) may record artifacts, and no other.
+func (t *artifactTable) connected(_ context.Context, cs server.ClientSession) {
+	id := cs.SessionID()
+	if id == "" {
 		return
 	}
 	t.mu.Lock()
@@ -205,10 +208,23 @@ func (t *artifactTable) add(conn string, files []api.File) {
 	if t.conns == nil {
 		t.conns = map[string]*connArtifacts{}
 	}
+	if t.conns[id] == nil {
+		t.conns[id] = &connArtifacts{refs: map[string]artifactRef{}}
+	}
+}
+
+// add records files for the connection conn, if it is registered (a
+// call that names a connection the server never registered, or one that
+// ended, records nothing).
+func (t *artifactTable) add(conn string, files []api.File) {
+	if conn == "" || len(files) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	c := t.conns[conn]
 	if c == nil {
-		c = &connArtifacts{refs: map[string]artifactRef{}}
-		t.conns[conn] = c
+		return
 	}
 	for _, f := range files {
 		if _, ok := c.refs[f.SHA256]; !ok {

@@ -41,6 +41,9 @@ type HTTPSecurity struct {
 	// the daemon's own socket. A connection without credentials (not a
 	// Unix socket) is refused.
 	Peers func(peercred.Peer) bool
+	// Sessions bounds the MCP sessions clients may leave behind (see
+	// HTTPSessionLimits); the zero value is the defaults.
+	Sessions HTTPSessionLimits
 }
 
 type httpPeerKey struct{}
@@ -104,6 +107,9 @@ type HTTPListenConfig struct {
 	// --socket-group do.
 	AllowUIDs   []int
 	SocketGroup string
+	// Sessions bounds the MCP sessions (idle timeout, how many); the
+	// zero value is the defaults.
+	Sessions HTTPSessionLimits
 }
 
 // ListenHTTP opens the endpoint cfg describes and returns it with the
@@ -112,7 +118,7 @@ type HTTPListenConfig struct {
 // address without TLS unless InsecureNonLoopback (which is logged as a
 // warning every time).
 func ListenHTTP(cfg HTTPListenConfig, log *slog.Logger) (net.Listener, HTTPSecurity, error) {
-	sec := HTTPSecurity{AllowOrigins: cfg.AllowOrigins}
+	sec := HTTPSecurity{AllowOrigins: cfg.AllowOrigins, Sessions: cfg.Sessions}
 	for _, o := range cfg.AllowOrigins {
 		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") || strings.HasSuffix(o, "/") {
 			return nil, sec, fmt.Errorf("--allow-origin %q: an origin is scheme://host[:port], such as https://app.example.org", o)
@@ -129,7 +135,7 @@ func ListenHTTP(cfg HTTPListenConfig, log *slog.Logger) (net.Listener, HTTPSecur
 		if cfg.TLSCert != "" || cfg.TLSKey != "" {
 			return nil, sec, errors.New("--tls-cert and --tls-key are for TCP; a Unix socket is checked by peer credentials")
 		}
-		ln, err := listenUnix(path, cfg.SocketGroup)
+		ln, err := listenUnix(path, cfg.SocketGroup, cfg.AllowUIDs)
 		if err != nil {
 			return nil, sec, err
 		}
@@ -188,9 +194,10 @@ func readToken(path string, log *slog.Logger) (string, error) {
 
 // listenUnix listens on a Unix socket at path, replacing a stale socket
 // (one nobody answers on) but nothing else. The socket is 0660 and
-// group-owned by group when one is given, else 0600: the file mode is a
-// first gate, the peer check the real one.
-func listenUnix(path, group string) (net.Listener, error) {
+// group-owned by group when one is given, else 0600, and its ACL lets
+// uids in too: the file's permissions are a first gate, the peer check
+// the real one.
+func listenUnix(path, group string, uids []int) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
@@ -222,6 +229,10 @@ func listenUnix(path, group string) (net.Listener, error) {
 		mode = 0o660
 	}
 	if err := os.Chmod(path, mode); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := peercred.AllowUIDsOnSocket(path, uids); err != nil {
 		ln.Close()
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/internal/peercred"
 )
@@ -117,6 +121,26 @@ func TestHTTPUnixSocketPeers(t *testing.T) {
 		if got := post(t, hc, "http://localhost"+HTTPPath, nil); got != want {
 			t.Errorf("peer allowed=%v: status %d, want %d", allow, got, want)
 		}
+	}
+}
+
+// The uids of --allow-uid reach the Unix socket by its ACL, as on the
+// daemon's socket: the file's mode alone (0600) would keep them out.
+func TestHTTPUnixSocketACL(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mcp.sock")
+	ln, _, err := ListenHTTP(HTTPListenConfig{Addr: "unix:" + path, AllowUIDs: []int{65534}}, slog.New(slog.DiscardHandler))
+	if errors.Is(err, peercred.ErrNoACL) {
+		t.Skipf("the temporary directory's filesystem has no ACLs: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acl := make([]byte, 256)
+	n, err := unix.Getxattr(path, "system.posix_acl_access", acl)
+	// version 2, then the owner's entry (tag 1), then uid 65534's (tag 2).
+	if err != nil || n < 4+16 || acl[4] != 1 || acl[12] != 2 || binary.LittleEndian.Uint32(acl[16:]) != 65534 {
+		t.Errorf("the socket's ACL: %x %v", acl[:max(n, 0)], err)
 	}
 }
 

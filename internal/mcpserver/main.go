@@ -59,6 +59,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return nil
 	})
 	fs.StringVar(&hc.SocketGroup, "socket-group", "", "with --http unix:PATH: make the socket 0660 for `GROUP` and admit its members")
+	fs.DurationVar(&hc.Sessions.Idle, "http-session-idle", DefaultHTTPSessionIdle, "with --http: end an MCP session (and its named sessions) that has had no request for this `DURATION`, as if its client had sent DELETE")
+	fs.IntVar(&hc.Sessions.Max, "http-max-sessions", DefaultHTTPMaxSessions, "with --http: the most MCP sessions live at once; past it an initialize is refused (503) until one ends")
 	var warm WarmEnv
 	fs.Func("preload-env", "at start, have cellblockd build the dependency environment of this `REQUIREMENT` (repeatable, one requirement each, as run_python's dependencies): run_python calls with exactly these dependencies then find it built", func(v string) error {
 		warm.Dependencies = append(warm.Dependencies, v)

@@ -52,14 +52,20 @@ func ServeStdio(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 //
 // Besides sec's Origin check, requests that come in over loopback with a
 // Host header other than localhost are refused (mcp-go's DNS-rebinding
-// protection).
+// protection). MCP sessions a client leaves behind end after
+// sec.Sessions.Idle, and at most sec.Sessions.Max are live (see
+// httpsessions.go).
 func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, sec HTTPSecurity, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	streamable := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(log))
+	sessions := newHTTPSessions(sec.Sessions)
+	streamable := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(log), server.WithSessionIdManager(sessions))
 	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, streamable)
+	mux.Handle(HTTPPath, sessions.guard(streamable, log))
+	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSweep()
+	go sessions.sweep(sweepCtx, streamable, log)
 	hs := &http.Server{
 		Handler:           sec.guard(mux, log),
 		ConnContext:       connContext,

@@ -131,6 +131,7 @@ func New(cfg Config) *server.MCPServer {
 	// A connection's named sessions live as long as mcp-go's session.
 	hooks := &server.Hooks{}
 	hooks.AddOnRegisterSession(h.sessions.connected)
+	hooks.AddOnRegisterSession(h.artifacts.connected)
 	hooks.AddOnUnregisterSession(h.sessions.disconnected)
 	hooks.AddOnUnregisterSession(h.artifacts.disconnected)
 	h.srv = server.NewMCPServer(Name, version,

@@ -1,7 +1,10 @@
 // Package peercred identifies who is on the other end of a Unix socket
 // (SO_PEERCRED) and decides whether that caller may use a cellblock
 // socket: root, the uids named, and members of one group. It is the one
-// access check of every cellblock socket; it does not listen or serve.
+// access check of every cellblock socket, and it makes a socket file's
+// permissions let in the uids it names (AllowUIDsOnSocket), so that the
+// kernel's check before it does not keep them out; it does not listen or
+// serve.
 package peercred
 
 import (
@@ -56,6 +59,17 @@ func Get(c net.Conn) (Peer, error) {
 // members (primary or supplementary) of group when it is not empty. A
 // group that does not exist admits nobody by group.
 func AllowList(group string, uids []int, log *slog.Logger) func(Peer) bool {
+	members := GroupMembers(group, log)
+	uids = slices.Clone(uids)
+	return func(p Peer) bool {
+		return slices.Contains(uids, int(p.UID)) || members(p)
+	}
+}
+
+// GroupMembers decides whether a caller is root or a member (primary or
+// supplementary) of group: AllowList without the uids given one by one. An
+// empty group, or one that does not exist, admits root alone.
+func GroupMembers(group string, log *slog.Logger) func(Peer) bool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -65,9 +79,8 @@ func AllowList(group string, uids []int, log *slog.Logger) func(Peer) bool {
 			groupID, _ = strconv.Atoi(g.Gid)
 		}
 	}
-	uids = slices.Clone(uids)
 	return func(p Peer) bool {
-		if p.UID == 0 || slices.Contains(uids, int(p.UID)) {
+		if p.UID == 0 {
 			return true
 		}
 		if groupID < 0 {

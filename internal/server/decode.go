@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -61,11 +62,27 @@ func decodeStrictN(w http.ResponseWriter, r *http.Request, v any, limit int64) *
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return api.Errorf(api.ErrBadRequest, "", "Content-Type must be application/json, not %q", ct)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if r.ContentLength > limit {
+		return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", limit)
+	}
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	var body []byte
+	var err error
+	if r.ContentLength >= 0 {
+		// One buffer of the body's size: what a request holds is its
+		// Content-Length, which boundBody counted, no more.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(rd, body)
+	} else {
+		body, err = io.ReadAll(rd)
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return api.Errorf(api.ErrTooLarge, "", "request body is larger than %d bytes", limit)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return bodyTooSlow()
 		}
 		return api.Errorf(api.ErrBadRequest, "", "read request body: %v", err)
 	}

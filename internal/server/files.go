@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -65,49 +64,6 @@ type SessionFileManager interface {
 	CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error
 	// PutSessionFile writes data at path, between the session's runs.
 	PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error
-}
-
-// The bodies of PUTs being read and written hold at most putBufferShare
-// times the cap on a request's files for one uid, and putBufferTotal
-// times for all: past that a PUT is refused as busy before its body is
-// read.
-const (
-	putBufferShare = 2
-	putBufferTotal = 4
-)
-
-// byteBudget counts the bytes PUT bodies hold, in all and by uid. The
-// zero value is ready.
-type byteBudget struct {
-	mu    sync.Mutex
-	total int64
-	byUID map[uint32]int64
-}
-
-// take reserves n bytes for uid within share and total; false when they
-// would go past.
-func (b *byteBudget) take(uid uint32, n, share, total int64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.total+n > total || b.byUID[uid]+n > share {
-		return false
-	}
-	if b.byUID == nil {
-		b.byUID = map[uint32]int64{}
-	}
-	b.total += n
-	b.byUID[uid] += n
-	return true
-}
-
-// give returns what take reserved.
-func (b *byteBudget) give(uid uint32, n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.total -= n
-	if b.byUID[uid] -= n; b.byUID[uid] == 0 {
-		delete(b.byUID, uid)
-	}
 }
 
 // requestBytes is the largest body of a request that may carry files.
@@ -313,9 +269,8 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 // putSessionFile writes the body as a file of a session's /work. The
 // session is looked up before the body is read: a PUT it would refuse
 // costs nothing. The body is read into one buffer of its size, within
-// the bytes PUTs may hold at once (byteBudget) and within fileAnswer's
-// time, then handed down as it is: the session's runner takes it a frame
-// at a time.
+// the bytes and the time every request body has (bodies.go), then handed
+// down as it is: the session's runner takes it a frame at a time.
 func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
@@ -353,15 +308,6 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 		refuse(s.callerError(err, newRef("e"), peer))
 		return
 	}
-	hold := size
-	if hold < 0 {
-		hold = limit
-	}
-	if !s.puts.take(peer.UID, hold, putBufferShare*limit, putBufferTotal*limit) {
-		refuse(api.Errorf(api.ErrBusy, "", "other files being put into sessions hold all the memory cellblockd gives them; try again"))
-		return
-	}
-	defer s.puts.give(peer.UID, hold)
 	data, aerr := readBody(w, r, size, limit)
 	if aerr != nil {
 		refuse(aerr)
@@ -386,19 +332,9 @@ func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 }
 
 // readBody reads r's body, of size bytes (-1: not said, then at most
-// limit), into one buffer, within the time fileAnswer gives an answer of
-// that size: a client that sends slowly holds its share of byteBudget no
-// longer.
+// limit), into one buffer, within the time boundBody gave it: a client
+// that sends slowly holds its share of the bodies' bytes no longer.
 func readBody(w http.ResponseWriter, r *http.Request, size, limit int64) ([]byte, *api.Error) {
-	rc := http.NewResponseController(w)
-	n := size
-	if n < 0 {
-		n = limit
-	}
-	_ = rc.SetReadDeadline(time.Now().Add(fileAnswerBase + time.Duration(float64(n)/float64(fileAnswerRate)*float64(time.Second))))
-	// Lifted before the file is written: the connection's read deadline
-	// also ends the request's context once its body is read.
-	defer rc.SetReadDeadline(time.Time{})
 	body := http.MaxBytesReader(w, r.Body, limit)
 	var data []byte
 	var err error
@@ -415,7 +351,7 @@ func readBody(w http.ResponseWriter, r *http.Request, size, limit int64) ([]byte
 	case errors.As(err, &mbe):
 		return nil, api.Errorf(api.ErrTooLarge, "", "the file is larger than %d bytes, the most a request may carry", limit)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return nil, api.Errorf(api.ErrBadRequest, "", "the file did not arrive in time (%v, and a second per MiB)", fileAnswerBase)
+		return nil, bodyTooSlow()
 	}
 	return nil, api.Errorf(api.ErrBadRequest, "", "read the file: %v", err)
 }

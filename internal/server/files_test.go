@@ -423,8 +423,8 @@ func answer(t *testing.T, conn net.Conn) string {
 // TestPutRefusedBeforeItsBody: a PUT that the session would refuse
 // (unknown, another uid's, busy, lost, too big for it) or that is over
 // the cap is answered at once, its body unread; and the bodies being
-// read hold at most twice the cap for one uid: past that a PUT is busy
-// at once.
+// read hold at most twice the largest body for one uid: past that a PUT
+// is busy at once.
 func TestPutRefusedBeforeItsBody(t *testing.T) {
 	exec := &fileExec{
 		can: func(id string, size int64) error {
@@ -443,7 +443,8 @@ func TestPutRefusedBeforeItsBody(t *testing.T) {
 	if got := answer(t, putHeaders(t, c, "s1", int(fileCaps.InBytes)+1, 10)); !strings.Contains(got, "413") {
 		t.Errorf("over the cap: %q", got)
 	}
-	// Two whole-cap bodies being sent hold this uid's share.
+	// Two bodies of the largest size a request may have, being sent, hold
+	// this uid's share of all bodies (bodies.go), PUTs' too.
 	var pending []net.Conn
 	defer func() {
 		for _, conn := range pending {
@@ -451,7 +452,12 @@ func TestPutRefusedBeforeItsBody(t *testing.T) {
 		}
 	}()
 	for range 2 {
-		pending = append(pending, putHeaders(t, c, "s1", int(fileCaps.InBytes), 10))
+		conn, err := net.Dial("unix", c.Socket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending = append(pending, conn)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"code\": \"", api.PathRuns, fileCaps.RequestBytes())
 	}
 	// Let the server take them in (it answers nothing until their bodies
 	// come): a small PUT once both are counted is refused.

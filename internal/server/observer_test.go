@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,8 @@ func TestObserverAndMetricsRoute(t *testing.T) {
 	cfg := Config{
 		Observer: func(r record.Run) { mu.Lock(); seen = append(seen, r); mu.Unlock() },
 		Metrics:  metrics,
+		// The test's uid, root or not, may read them.
+		MetricsAllowed: func(peercred.Peer) bool { return true },
 	}
 	c, stop := serve(t, &fakeExecutor{}, cfg)
 	defer stop()
@@ -70,5 +73,48 @@ func TestMetricsRouteIsGuarded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("GET /metrics by a refused peer: %d", resp.StatusCode)
+	}
+}
+
+// A caller the API admits (an --allow-uid) but MetricsAllowed does not
+// is refused the metrics, and still runs code; without MetricsAllowed
+// only root reads them.
+func TestMetricsOnlyForTheirReaders(t *testing.T) {
+	me := uint32(os.Getuid())
+	for _, c := range []struct {
+		name    string
+		allowed func(peercred.Peer) bool
+		want    int
+	}{
+		{"refused", func(p peercred.Peer) bool { return p.UID != me }, http.StatusForbidden},
+		{"admitted", func(p peercred.Peer) bool { return p.UID == me }, http.StatusOK},
+		{"default", nil, map[bool]int{true: http.StatusOK, false: http.StatusForbidden}[me == 0]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Config{
+				Metrics:        http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "cellblock_file_bytes_total 1\n") }),
+				MetricsAllowed: c.allowed,
+			}
+			cl, stop := serve(t, &fakeExecutor{}, cfg)
+			defer stop()
+			hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", cl.Socket())
+			}}}
+			resp, err := hc.Get("http://cellblockd/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want || (c.want != http.StatusOK) == strings.Contains(string(body), "cellblock_file_bytes_total") {
+				t.Errorf("GET /metrics: %d %q, want %d", resp.StatusCode, body, c.want)
+			}
+			if c.want == http.StatusForbidden && !strings.Contains(string(body), `"forbidden"`) {
+				t.Errorf("the refusal: %q", body)
+			}
+			if res, err := cl.Run(context.Background(), &api.RunRequest{Code: "print(1)"}); err != nil || res.Error != nil {
+				t.Errorf("the same caller's run: %v %+v", err, res)
+			}
+		})
 	}
 }

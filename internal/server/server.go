@@ -47,9 +47,12 @@ type Config struct {
 	// Observer, if set, is told about every finished run (audit, metrics),
 	// and about every run request refused before it ran.
 	Observer func(record.Run)
-	// Metrics, if set, is served at GET /metrics (behind the same
-	// peer-credential check as the API).
-	Metrics http.Handler
+	// Metrics, if set, is served at GET /metrics to the callers
+	// MetricsAllowed admits (root alone when it is nil), besides the API's
+	// own check: the metrics count what every uid's runs did, which the
+	// API tells no uid but root of the others.
+	Metrics        http.Handler
+	MetricsAllowed func(peercred.Peer) bool
 	// Tools caps the tool calls of runs (toolrelay.DefaultConfig when
 	// its defaults are unset).
 	Tools toolrelay.Config
@@ -58,6 +61,13 @@ type Config struct {
 	// from a session, and every artifact fetched.
 	Files        api.FileCaps
 	FileObserver func(record.FileOp)
+	// MaxConnsPerUID caps the open connections of one uid, MaxConns those
+	// of all uids but root together; 0 is no cap. The connections of the
+	// callers Uncounted names (nil: none) count against neither
+	// (conns.go).
+	MaxConnsPerUID int
+	MaxConns       int
+	Uncounted      func(peercred.Peer) bool
 }
 
 // Server is the API. Create it with New and serve with Serve.
@@ -78,8 +88,8 @@ type Server struct {
 	mu       sync.Mutex
 	drained  bool
 	inflight sync.WaitGroup
-	// puts counts the bytes the bodies of session file PUTs hold.
-	puts byteBudget
+	// bodies counts the bytes the bodies of requests hold (bodies.go).
+	bodies byteBudget
 }
 
 // New returns a server for exec.
@@ -117,7 +127,7 @@ func (s *Server) Handler() http.Handler {
 	s.registerTools(mux)
 	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /metrics", s.cfg.Metrics)
+		mux.HandleFunc("GET /metrics", s.handleMetrics)
 	}
 	return s.guard(mux)
 }
@@ -126,17 +136,26 @@ func (s *Server) Handler() http.Handler {
 // requests (Go's client lets its own go after 90 s).
 const idleTimeout = 2 * time.Minute
 
+// maxHeaderBytes bounds a request's headers: cellblock's clients send a
+// few hundred bytes.
+const maxHeaderBytes = 64 << 10
+
 // Serve serves the API on ln until ctx ends, then drains: it stops taking
 // runs, lets those in flight finish for up to grace, kills the rest, and
-// returns when all are done.
+// returns when all are done. Connections past the caps of
+// Config.MaxConnsPerUID and MaxConns are refused as they are accepted.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	ln = &limitListener{Listener: ln, s: s, uncounted: s.cfg.Uncounted,
+		count: &connCounter{perUID: s.cfg.MaxConnsPerUID, total: s.cfg.MaxConns}}
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ConnContext:       withPeer,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
 		// Between requests only: no ReadTimeout or WriteTimeout, which
-		// would cut runs that stream for minutes. Answers that send
-		// files set their own write deadline (fileAnswer).
+		// would cut runs that stream for minutes. Bodies get a read
+		// deadline of their own (boundBody), answers that send files a
+		// write deadline (fileAnswer).
 		IdleTimeout: idleTimeout,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
@@ -195,7 +214,8 @@ func (s *Server) isDraining() bool {
 	}
 }
 
-// guard checks peer credentials and turns panics into 500s.
+// guard checks peer credentials, bounds the request's body (boundBody)
+// and turns panics into 500s.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -214,8 +234,27 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			writeError(w, api.Errorf(api.ErrForbidden, "", "uid %d is not allowed to use cellblockd", p.UID))
 			return
 		}
+		r, release, ok := s.boundBody(w, r)
+		if !ok {
+			return
+		}
+		defer release()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// handleMetrics serves the metrics to the callers allowed them.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	p, _ := PeerFrom(r.Context())
+	allowed := s.cfg.MetricsAllowed
+	if allowed == nil {
+		allowed = func(p peercred.Peer) bool { return p.UID == 0 }
+	}
+	if !allowed(p) {
+		writeError(w, api.Errorf(api.ErrForbidden, "", "uid %d may run code but not read the metrics: they count what every user's runs did, and are for root and the members of the socket group", p.UID))
+		return
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

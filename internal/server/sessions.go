@@ -13,8 +13,10 @@ import (
 // session go to RunInSession instead of Execute. The caller's peer is
 // passed to every method: a session belongs to the uid that created it,
 // and any other uid but root gets api.ErrSessionNotFound for it, exactly
-// as for an id that never existed. Errors are classified with api's error
-// classes, as for Execute.
+// as for an id that never existed. Root may list, show and delete it (and
+// read its files), but only the owner runs code in it or writes files to
+// it: root is told api.ErrForbidden. Errors are classified with api's
+// error classes, as for Execute.
 type SessionManager interface {
 	// CreateSession starts a session for owner with req's settings and
 	// limits (already resolved against the daemon's defaults and

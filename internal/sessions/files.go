@@ -124,7 +124,7 @@ func (m *Manager) refusePut(e *entry, size int64) error {
 func (m *Manager) CanPutSessionFile(ctx context.Context, caller peercred.Peer, id string, size int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, aerr := m.lookup(caller, id)
+	e, aerr := m.lookupOwned(caller, id)
 	if aerr != nil {
 		return aerr
 	}
@@ -140,7 +140,7 @@ func (m *Manager) CanPutSessionFile(ctx context.Context, caller peercred.Peer, i
 // copies it whole.
 func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, p string, data []byte) error {
 	m.mu.Lock()
-	e, aerr := m.lookup(caller, id)
+	e, aerr := m.lookupOwned(caller, id)
 	if aerr != nil {
 		m.mu.Unlock()
 		return aerr

@@ -162,8 +162,9 @@ func TestSessionRunFiles(t *testing.T) {
 	}
 }
 
-// TestPutSessionFile: the owner writes files between runs; anyone else
-// is told the session does not exist; a busy session takes none; a
+// TestPutSessionFile: the owner writes files between runs; root is
+// forbidden, anyone else is told the session does not exist; a busy
+// session takes none; a
 // write that kills the interpreter leaves the session lost.
 func TestPutSessionFile(t *testing.T) {
 	h, _, log, interp := newFilesHarness(t)
@@ -175,10 +176,10 @@ func TestPutSessionFile(t *testing.T) {
 	if err := h.m.PutSessionFile(ctx, alice, s.ID, "d/x.txt", []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.PutSessionFile(ctx, root, s.ID, "y", []byte("r")); err != nil {
-		t.Errorf("root: %v", err)
+	if err := h.m.PutSessionFile(ctx, root, s.ID, "y", []byte("r")); !errors.Is(err, api.ErrForbidden) {
+		t.Errorf("root: %v, want forbidden: only the owner writes files", err)
 	}
-	if got := strings.Join(*log, "; "); got != "put d/x.txt=hi; put y=r" {
+	if got := strings.Join(*log, "; "); got != "put d/x.txt=hi" {
 		t.Errorf("log %s", got)
 	}
 	errBob := h.m.PutSessionFile(ctx, bob, s.ID, "x", []byte("b"))
@@ -212,7 +213,7 @@ func TestPutSessionFile(t *testing.T) {
 		size   int64
 		want   api.ErrorType
 	}{
-		{alice, s.ID, 10, ""}, {alice, s.ID, -1, ""}, {root, s.ID, 10, ""},
+		{alice, s.ID, 10, ""}, {alice, s.ID, -1, ""}, {root, s.ID, 10, api.ErrForbidden},
 		{bob, s.ID, 10, api.ErrSessionNotFound}, {alice, "s-never", 10, api.ErrSessionNotFound},
 		{alice, s.ID, 51, api.ErrOverLimit}, {alice, s.ID, 101, api.ErrOverLimit},
 	} {

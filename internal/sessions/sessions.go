@@ -1,8 +1,13 @@
 // Package sessions keeps cellblockd's sessions: interpreters that stay
 // alive between runs (nsjail.Session), each owned by the uid that created
-// it. It decides who may use a session (its owner and root; anyone else is
-// told session_not_found, exactly as for an id that never existed), lets
-// one run at a time into each (session_busy), bounds how many there are
+// it. It decides who may use a session: its owner runs code in it and
+// writes files to it; root may list, show, read its files and delete it,
+// and is refused (forbidden) code and files, which would reach an
+// interpreter that the owner's earlier code may still be running in (a
+// thread it left can read a later run's code and inputs and answer for
+// it); anyone else is told session_not_found, exactly as for an id that
+// never existed. It lets one run at a time into each (session_busy),
+// bounds how many there are
 // (per uid and in all), ends them after their idle timeout or maximum
 // lifetime, and remembers for a while why a session ended, so that its
 // owner is told (expired, deleted, restarted) rather than handed a fresh
@@ -186,6 +191,21 @@ func (m *Manager) lookup(caller peercred.Peer, id string) (*entry, *api.Error) {
 	e := m.sessions[id]
 	if e == nil || (caller.UID != 0 && caller.UID != e.owner) {
 		return nil, m.notFound(caller, id)
+	}
+	return e, nil
+}
+
+// lookupOwned returns the session caller may run code in or write files
+// to: only its owner may. Root, who sees every session, is told so
+// (forbidden); anyone else, as lookup tells them. Call with m.mu held.
+func (m *Manager) lookupOwned(caller peercred.Peer, id string) (*entry, *api.Error) {
+	e, aerr := m.lookup(caller, id)
+	if aerr != nil {
+		return nil, aerr
+	}
+	if caller.UID != e.owner {
+		return nil, api.Errorf(api.ErrForbidden, "session", "session %q belongs to uid %d: only its owner runs code in it or writes files to it, "+
+			"since code the owner ran earlier may still run there and see what comes next (root may list, show, read the files of and delete it)", e.id, e.owner)
 	}
 	return e, nil
 }
@@ -385,7 +405,7 @@ func (m *Manager) DeleteSession(ctx context.Context, caller peercred.Peer, id st
 // RunInSession implements server.SessionManager.
 func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
 	m.mu.Lock()
-	e, aerr := m.lookup(caller, req.Session)
+	e, aerr := m.lookupOwned(caller, req.Session)
 	if aerr != nil {
 		m.mu.Unlock()
 		return nil, aerr

@@ -8,6 +8,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -336,7 +337,8 @@ func TestIDsCarryTheBoot(t *testing.T) {
 	}
 }
 
-// The owner and root see and use a session; any other uid is told
+// The owner sees and uses a session, root sees and deletes it but runs
+// nothing in it (forbidden, saying whose it is); any other uid is told
 // session_not_found in exactly the words an unknown id gets, whatever
 // it tries, and its tries change nothing.
 func TestOwnership(t *testing.T) {
@@ -388,8 +390,15 @@ func TestOwnership(t *testing.T) {
 	if got, err := h.m.Session(ctx, root, s.ID); err != nil || got.OwnerUID != alice.UID || got.ExecutionCount != 1 {
 		t.Fatalf("root's GET: %+v, %v", got, err)
 	}
-	if res, err := h.run(ctx, root, s.ID, "2"); err != nil || res.Session.ExecutionCount != 2 {
-		t.Fatalf("root's run: %+v, %v", res, err)
+	_, err = h.run(ctx, root, s.ID, "2")
+	if e := apiErr(t, err, api.ErrForbidden); !strings.Contains(e.Message, fmt.Sprintf("belongs to uid %d", alice.UID)) || !strings.Contains(e.Message, "only its owner runs code") {
+		t.Errorf("root's run in alice's session: %q", e.Message)
+	}
+	if f.runs != 1 {
+		t.Errorf("root's refused run reached the interpreter: %d runs", f.runs)
+	}
+	if res, err := h.run(ctx, alice, s.ID, "2"); err != nil || res.Session.ExecutionCount != 2 {
+		t.Fatalf("owner's second run: %+v, %v", res, err)
 	}
 	list, err = h.m.Sessions(ctx, root)
 	if err != nil || len(list.Sessions) != 2 {
@@ -452,7 +461,7 @@ func TestBusy(t *testing.T) {
 	_, err := h.run(context.Background(), alice, s.ID, "second")
 	apiErr(t, err, api.ErrSessionBusy)
 	_, err = h.run(context.Background(), root, s.ID, "root too")
-	apiErr(t, err, api.ErrSessionBusy)
+	apiErr(t, err, api.ErrForbidden)
 	// Another uid still learns nothing, not even that it is busy.
 	_, err = h.run(context.Background(), bob, s.ID, "bob")
 	apiErr(t, err, api.ErrSessionNotFound)

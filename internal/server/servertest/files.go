@@ -118,7 +118,7 @@ func (e *executor) CanPutSessionFile(ctx context.Context, owner peercred.Peer, i
 // puttable is owner's session id when a file may be put into it now; d.mu
 // is held.
 func (d *Daemon) puttable(owner peercred.Peer, id string) (*fakeSession, error) {
-	s, err := d.sessionFor(owner, id)
+	s, err := d.sessionOwned(owner, id)
 	switch {
 	case err != nil:
 		return nil, err

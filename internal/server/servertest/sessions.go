@@ -83,6 +83,16 @@ func (d *Daemon) sessionFor(owner peercred.Peer, id string) (*fakeSession, error
 	return s, nil
 }
 
+// sessionOwned is sessionFor for running code and writing files: the
+// owner's alone, root is forbidden. Call with d.mu held.
+func (d *Daemon) sessionOwned(owner peercred.Peer, id string) (*fakeSession, error) {
+	s, err := d.sessionFor(owner, id)
+	if err == nil && owner.UID != s.info.OwnerUID {
+		return nil, api.Errorf(api.ErrForbidden, "session", "session %q belongs to uid %d: only its owner runs code in it or writes files to it", id, s.info.OwnerUID)
+	}
+	return s, err
+}
+
 func (e *executor) Sessions(ctx context.Context, owner peercred.Peer) (*api.SessionList, error) {
 	d := (*Daemon)(e)
 	d.mu.Lock()
@@ -124,7 +134,7 @@ func (e *executor) DeleteSession(ctx context.Context, owner peercred.Peer, id st
 func (e *executor) RunInSession(ctx context.Context, owner peercred.Peer, runID string, req *api.RunRequest, limits api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
 	d := (*Daemon)(e)
 	d.mu.Lock()
-	s, err := d.sessionFor(owner, req.Session)
+	s, err := d.sessionOwned(owner, req.Session)
 	switch {
 	case err != nil:
 	case s.info.State == api.SessionLost:
