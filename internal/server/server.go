@@ -117,7 +117,7 @@ func (s *Server) Handler() http.Handler {
 	s.registerTools(mux)
 	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
-		mux.Handle("GET /metrics", s.cfg.Metrics)
+		mux.Handle("GET "+api.PathMetrics, s.cfg.Metrics)
 	}
 	return s.guard(mux)
 }
