@@ -14,6 +14,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -332,14 +333,24 @@ func TestTwoNodesBehindTheRouter(t *testing.T) {
 	}
 	total := len(ct.sent)
 	ct.mu.Unlock()
+	// stot is HAProxy's count of streams given to the server, one per HTTP
+	// request; req_tot counts only those it got an answer to, eresp those
+	// cut (node a's calls in flight).
 	stats := r.servers(t)
 	for _, n := range nodes {
 		s := stats[n.addr]
-		t.Logf("router, node %s (%s): %d requests (test: %d); responses 2xx %d, 4xx %d, 5xx %d; status %s",
-			n.name, s["svname"], s.int("req_tot"), want[n.addr], s.int("hrsp_2xx"), s.int("hrsp_4xx"), s.int("hrsp_5xx"), s["status"])
-		if s.int("req_tot") != want[n.addr] {
-			t.Errorf("node %s: the router counts %d requests, the client sent it %d", n.name, s.int("req_tot"), want[n.addr])
+		t.Logf("router, node %s (%s): %d requests (the client: %d); answered 2xx %d, 4xx %d, 5xx %d; cut %d; new sessions %d; status %s",
+			n.name, s["svname"], s.int("stot"), want[n.addr], s.int("hrsp_2xx"), s.int("hrsp_4xx"), s.int("hrsp_5xx"),
+			s.int("eresp"), s.int("lbtot"), s["status"])
+		if s.int("stot") != want[n.addr] {
+			t.Errorf("node %s: the router counts %d requests, the client sent it %d", n.name, s.int("stot"), want[n.addr])
 		}
+	}
+	if got := stats[a.addr].int("eresp"); got != len(inflight) {
+		t.Errorf("the router cut %d requests to node a, want its %d calls in flight", got, len(inflight))
+	}
+	if got := stats[b.addr].int("hrsp_4xx"); got != len(idle)+1 {
+		t.Errorf("node b answered %d requests with 4xx, want node a's %d idle sessions' next calls and the raw one", got, len(idle)+1)
 	}
 	t.Logf("%d requests in all", total)
 
@@ -358,14 +369,14 @@ func count(c *mcpclient.Client, k int) error {
 	if err != nil {
 		return err
 	}
-	text := ""
-	for _, ct := range res.Content {
-		if tc, ok := ct.(mcp.TextContent); ok {
-			text += tc.Text
-		}
+	// The result object, as structured content.
+	var out struct {
+		Stdout string `json:"stdout"`
 	}
-	if res.IsError || !strings.HasPrefix(strings.TrimSpace(text), fmt.Sprint(k)) {
-		return fmt.Errorf("call %d: isError %v, output %q: the session did not keep its variables", k, res.IsError, text)
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	if res.IsError || strings.TrimSpace(out.Stdout) != fmt.Sprint(k) {
+		return fmt.Errorf("call %d: isError %v, stdout %q, want %d: the session did not keep its variables", k, res.IsError, out.Stdout, k)
 	}
 	return nil
 }
