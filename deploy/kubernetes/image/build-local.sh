@@ -47,4 +47,6 @@ fi
 # The build's RUN steps fetch the Debian packages: the host's network.
 podman build --quiet --network host --build-arg BASE="$base" --build-arg BINARIES=prebuilt \
 	-f deploy/kubernetes/image/Containerfile -t "$image" . >/dev/null
+# The image this tag named before, if any, is left without a name: remove it.
+podman image prune --force --filter label=org.opencontainers.image.title=cellblock-node >/dev/null
 echo "$image"
