@@ -179,11 +179,14 @@ func startNode(t *testing.T, ds *appsv1.DaemonSet, image string, n *node, token 
 	probe := d.StartupProbe.Exec.Command
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		if exec.Command("podman", append([]string{"exec", n.daemon}, probe...)...).Run() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.daemon}, probe...)...).CombinedOutput()
+		cancel()
+		if err == nil {
 			break
 		}
 		if time.Now().After(deadline) || !running(n.daemon) {
-			t.Fatalf("node %s: cellblockd did not become healthy\n%s", n.name, logs(n.daemon))
+			t.Fatalf("node %s: cellblockd did not become healthy: the probe says %v: %s\n%s", n.name, err, out, logs(n.daemon))
 		}
 		time.Sleep(time.Second)
 	}

@@ -35,7 +35,16 @@ if ! podman image exists "$base"; then
 		echo "debootstrap: Debian $suite (minbase) from $mirror" >&2
 		debootstrap --variant=minbase "$suite" "$tree" "$mirror" >"$cache/debootstrap.log" 2>&1 ||
 			{ tail -20 "$cache/debootstrap.log" >&2; exit 1; }
-		rm -rf "$tree"/var/cache/apt/archives/*.deb "$tree"/var/lib/apt/lists/*
+		# As debian:bookworm-slim is made: packages installed later leave out
+		# documentation, manuals and translations.
+		printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' \
+			'path-exclude /usr/share/man/*' 'path-exclude /usr/share/info/*' \
+			'path-exclude /usr/share/locale/*' 'path-exclude /usr/share/groff/*' \
+			'path-exclude /usr/share/lintian/*' 'path-exclude /usr/share/linda/*' \
+			>"$tree/etc/dpkg/dpkg.cfg.d/docker"
+		find "$tree"/usr/share/doc -mindepth 2 ! -name copyright ! -type d -delete
+		rm -rf "$tree"/usr/share/man/* "$tree"/usr/share/info/* "$tree"/usr/share/locale/* \
+			"$tree"/var/cache/apt/archives/*.deb "$tree"/var/lib/apt/lists/*
 		tar -C "$tree" --numeric-owner -cf "$tarball.tmp" .
 		mv "$tarball.tmp" "$tarball"
 		rm -rf "$tree"
