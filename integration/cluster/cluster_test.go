@@ -324,11 +324,34 @@ func TestTwoNodesBehindTheRouter(t *testing.T) {
 	if finished != len(perNode[b]) {
 		t.Errorf("only %d of node b's %d sessions finished", finished, len(perNode[b]))
 	}
+
+	// Node b drains, as in an upgrade: the kubelet's SIGTERM to its
+	// cellblock-mcp. The router must stop giving it new sessions but keep
+	// sending it its own; they go on with their variables; once their
+	// clients have closed them it exits by itself, long before its drain
+	// time.
+	podman(t, "kill", "--signal", "TERM", b.mcp)
+	drainSeen := r.waitStatus(t, b.addr, "NOLB", 30*time.Second)
+	t.Logf("node b draining: the router stopped giving it new sessions after %v", drainSeen.Round(time.Millisecond))
+	uncounted := &http.Client{Transport: &countingTransport{rt: ct.rt, token: token, phase: new(atomic.Int32)}}
+	if st, body := rawInitialize(t, uncounted, url); st != http.StatusServiceUnavailable {
+		t.Errorf("a new session while node a is down and node b drains: %d %q, want 503 (no node takes it)", st, body)
+	}
+	parallel(t, len(perNode[b]), func(i int) error {
+		if err := count(perNode[b][i].c, calls+1); err != nil {
+			return fmt.Errorf("session %s on draining node b: %w", perNode[b][i].id, err)
+		}
+		return nil
+	})
+	closing := time.Now()
 	for _, s := range perNode[b] {
 		if err := s.c.Close(); err != nil {
 			t.Errorf("close session %s: %v", s.id, err)
 		}
 	}
+	waitExit(t, b.mcp, time.Minute)
+	t.Logf("node b's %d sessions made one more call each while it drained; its cellblock-mcp exited %v after the last was closed",
+		len(perNode[b]), time.Since(closing).Round(time.Millisecond))
 
 	// The router's own figures against what the client sent.
 	want := map[string]int{}
@@ -371,9 +394,8 @@ func TestTwoNodesBehindTheRouter(t *testing.T) {
 	}
 	t.Logf("%d requests in all", total)
 
-	// Node b stops as the kubelet stops a pod: cellblock-mcp first (no
-	// session is open: the drain ends at once), then cellblockd.
-	stopGracefully(t, b.mcp, 30*time.Second)
+	// Then its cellblockd, as the kubelet stops a native sidecar once the
+	// pod's main container has ended.
 	stopGracefully(t, b.daemon, 60*time.Second)
 	t.Logf("clustertest took %v", time.Since(began).Round(time.Second))
 }
@@ -460,6 +482,25 @@ func rawPost(t *testing.T, hc *http.Client, url, id string) (int, string) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Session-Id", id)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// rawInitialize sends an initialize through the router and returns the
+// status and body.
+func rawInitialize(t *testing.T, hc *http.Client, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"clustertest","version":"1"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -223,6 +223,21 @@ func stopGracefully(t *testing.T, name string, grace time.Duration) {
 	}
 }
 
+// waitExit waits until a container has exited by itself and checks that it
+// exited 0.
+func waitExit(t *testing.T, name string, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "podman", "wait", name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s did not exit within %v: %v %s\n%s", name, timeout, err, out, logs(name))
+	}
+	if code := strings.TrimSpace(string(out)); code != "0" {
+		t.Errorf("%s exited %s\n%s", name, code, logs(name))
+	}
+}
+
 // removeContainer removes a container (killing it if it runs).
 func removeContainer(t *testing.T, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
