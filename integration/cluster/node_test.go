@@ -171,24 +171,26 @@ func startNode(t *testing.T, ds *appsv1.DaemonSet, image string, n *node, token 
 			{filepath.Join(n.dir, "tmp"), "/tmp"},
 		})...)
 	args = append(append(args, image), expand(d.Args, env)...)
-	podman(t, args...)
 	t.Cleanup(func() { removeContainer(t, n.daemon) })
 	n.started = time.Now()
-
-	// The startup probe, as the kubelet runs it.
-	probe := d.StartupProbe.Exec.Command
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.daemon}, probe...)...).CombinedOutput()
-		cancel()
+	for attempt := 1; ; attempt++ {
+		podman(t, args...)
+		err := startupProbe(n, d.StartupProbe.Exec.Command, 3*time.Minute)
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) || !running(n.daemon) {
-			t.Fatalf("node %s: cellblockd did not become healthy: the probe says %v: %s\n%s", n.name, err, out, logs(n.daemon))
+		// Seen 3 times in about 50 runs on the development VM (podman 4.3,
+		// runc 1.1.5, cgroup v1): every `podman exec` into a daemon that
+		// is up fails in runc's exec init with "open /proc/self/fd: no such
+		// file or directory", until the container is replaced. Not
+		// understood yet. The kubelet would restart the container after
+		// its liveness probe's failures; so does the test, once, saying so.
+		if attempt == 1 && running(n.daemon) && strings.Contains(err.Error(), "/proc/self/fd") {
+			t.Logf("node %s: podman exec into cellblockd failed (%v); replacing the container once, as the kubelet's liveness probe would", n.name, err)
+			removeContainer(t, n.daemon)
+			continue
 		}
-		time.Sleep(time.Second)
+		t.Fatalf("node %s: cellblockd did not become healthy: %v\n%s", n.name, err, logs(n.daemon))
 	}
 
 	m := container(t, ds, "cellblock-mcp")
@@ -200,6 +202,25 @@ func startNode(t *testing.T, ds *appsv1.DaemonSet, image string, n *node, token 
 	args = append(append(args, image), expand(m.Args, env)...)
 	podman(t, args...)
 	t.Cleanup(func() { removeContainer(t, n.mcp) })
+}
+
+// startupProbe runs the startup probe's command in the daemon's container,
+// as the kubelet does, until it succeeds, the container exits or the time
+// is up; the error says what the probe said last.
+func startupProbe(n *node, probe []string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, "podman", append([]string{"exec", n.daemon}, probe...)...).CombinedOutput()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || !running(n.daemon) {
+			return fmt.Errorf("the probe says %v: %s", err, bytes.TrimSpace(out))
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func running(name string) bool {
