@@ -29,7 +29,7 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 SYSCONFDIR  ?= /etc
 DESTDIR     ?=
 
-.PHONY: all deps build unit check fuzz integration test demo bench fmt vet clean install uninstall vmtest
+.PHONY: all deps build unit check fuzz integration test demo bench fmt vet clean install uninstall vmtest clustertest image
 
 all: build
 
@@ -75,7 +75,7 @@ fuzz:
 
 # The root suite: the real daemon over the real socket, real jails.
 integration: deps build
-	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) -count=1 -timeout 40m -v $(TESTFLAGS) $$($(GO) list ./integration/... | grep -v /integration/vm) 2>&1 | scripts/summarize-tests.sh
+	$(DAEMON_ENV) $(GO) test -tags $(DAEMON_TAGS) -count=1 -timeout 40m -v $(TESTFLAGS) $$($(GO) list ./integration/... | grep -v '/integration/vm\|/integration/cluster') 2>&1 | scripts/summarize-tests.sh
 
 # The cgroup v2 proof: boots a pure cgroup v2 kernel under qemu (TCG) and
 # runs the real daemon and jails inside it (integration/vm). Root; 1 to 2
@@ -84,9 +84,24 @@ vmtest: deps build
 	@[ "$$(id -u)" -ne 0 ] || scripts/install-deps.sh vm
 	$(GO) test -count=1 -timeout 20m -v $(TESTFLAGS) ./integration/vm/... 2>&1 | scripts/summarize-tests.sh
 
+# The deployment of deploy/kubernetes on one machine (integration/cluster):
+# two nodes in network namespaces of their own, running the node image
+# under podman as the DaemonSet runs it, and the shipped HAProxy
+# configuration in front of them. Root; it installs podman, haproxy and
+# debootstrap. About 3 minutes, the first run 3 more for debootstrap.
+clustertest: deps build
+	@[ "$$(id -u)" -ne 0 ] || scripts/install-deps.sh cluster
+	$(GO) test -count=1 -timeout 20m -v $(TESTFLAGS) ./integration/cluster/... 2>&1 | scripts/summarize-tests.sh
+
+# The node image (deploy/kubernetes/image) built here without a registry:
+# localhost/cellblock-node:dev in podman's store. Root.
+image: build
+	@scripts/install-deps.sh cluster
+	deploy/kubernetes/image/build-local.sh localhost/cellblock-node:dev
+
 # Every test. Run as root (sudo make test); without root the privileged
 # tests report that they were skipped and why.
-test: deps unit fuzz integration vmtest
+test: deps unit fuzz integration vmtest clustertest
 
 demo: deps build
 	@scripts/demo.sh

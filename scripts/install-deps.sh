@@ -16,6 +16,10 @@ pkgs=(gcc libc6-dev libseccomp-dev pkg-config python3 ca-certificates python3-ma
 # `install-deps.sh vm`: qemu, xz and zstd (the kernels' compressions) for the cgroup
 # v2 VM test (make vmtest).
 [ "${1:-}" = vm ] && pkgs+=(qemu-system-x86 xz-utils zstd)
+# `install-deps.sh cluster`: what make clustertest and make image need:
+# podman to run the node image, debootstrap to make its Debian base without
+# a registry, haproxy for the router, iproute2 for the network namespaces.
+[ "${1:-}" = cluster ] && pkgs+=(podman debootstrap haproxy iproute2)
 need=()
 for pkg in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

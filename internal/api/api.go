@@ -19,6 +19,9 @@ const (
 	PathRuns   = "/v1/runs"
 	PathInfo   = "/v1/info"
 	PathHealth = "/v1/health"
+	// PathMetrics is the Prometheus text format page, for the same callers
+	// as the API.
+	PathMetrics = "/metrics"
 )
 
 // DefaultSocket is where clients look for the daemon when neither a flag

@@ -122,6 +122,36 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.call(ctx, "GET", api.PathHealth, nil, &h)
 }
 
+// HealthStatus returns the status the daemon's health answer carries: "ok",
+// or "draining" once it has been told to stop and takes no more runs.
+func (c *Client) HealthStatus(ctx context.Context) (string, error) {
+	var h api.Health
+	if err := c.call(ctx, "GET", api.PathHealth, nil, &h); err != nil {
+		return "", err
+	}
+	return h.Status, nil
+}
+
+// maxMetricsBytes bounds the metrics page Metrics copies.
+const maxMetricsBytes = 16 << 20
+
+// Metrics copies the daemon's GET /metrics (the Prometheus text format) to w
+// and returns its content type.
+func (c *Client) Metrics(ctx context.Context, w io.Writer) (string, error) {
+	resp, err := c.do(ctx, &request{method: "GET", path: api.PathMetrics})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("cellblockd answered %s for GET %s", resp.Status, api.PathMetrics)
+	}
+	if _, err := io.Copy(w, io.LimitReader(resp.Body, maxMetricsBytes)); err != nil {
+		return "", fmt.Errorf("read %s from cellblockd: %w", api.PathMetrics, err)
+	}
+	return resp.Header("Content-Type"), nil
+}
+
 func (c *Client) post(ctx context.Context, req *api.RunRequest, accept string) (*response, error) {
 	body, err := json.Marshal(req)
 	if err != nil {

@@ -31,7 +31,7 @@ func serveSecured(t *testing.T, ln net.Listener, sec HTTPSecurity) {
 	srv := newServer(t, startFakeDaemon(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeHTTP(ctx, srv, ln, sec, nil) }()
+	go func() { done <- ServeHTTP(ctx, srv, ln, HTTPOptions{Security: sec}) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -123,6 +123,13 @@ func (h *httpSessions) Terminate(id string) (isNotAllowed bool, err error) {
 	return false, nil
 }
 
+// count is how many sessions are live.
+func (h *httpSessions) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.live)
+}
+
 func (h *httpSessions) known(id string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -226,36 +233,6 @@ func (h *httpSessions) sweep(ctx context.Context, t *server.StreamableHTTPServer
 			h.expire(ctx, t, log)
 		}
 	}
-}
-
-// guard answers for the sessions before mcp-go does: a GET (the client's
-// stream) must name a live session; an initialize past the cap is
-// refused; and every request of a live session counts as in progress
-// until it ends.
-func (h *httpSessions) guard(next http.Handler, log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get(server.HeaderKeySessionID)
-		modern := mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
-		switch {
-		case modern:
-			// No MCP sessions in this protocol: nothing to keep.
-		case r.Method == http.MethodGet && id == "":
-			http.Error(w, "a GET stream belongs to an MCP session: send initialize first, then GET with its Mcp-Session-Id", http.StatusBadRequest)
-			return
-		case r.Method == http.MethodGet && !h.known(id):
-			http.Error(w, errUnknownSession.Error(), http.StatusNotFound)
-			return
-		case r.Method == http.MethodPost && id == "" && h.full() && isInitialize(r):
-			log.Warn("refused an MCP initialize: the most MCP sessions are live", "max", h.limits.Max)
-			http.Error(w, "cellblock-mcp holds the most MCP sessions it keeps; retry later (idle sessions end after "+
-				fmtDuration(h.limits.Idle)+")", http.StatusServiceUnavailable)
-			return
-		}
-		if id != "" && h.begin(id) {
-			defer h.end(id)
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // maxPeekBytes bounds the body guard reads to tell an initialize.

@@ -82,7 +82,7 @@ func TestHTTPSessionsAreBoundedAndForgotten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- ServeHTTP(ctx, newServer(t, fd), ln, HTTPSecurity{Token: testToken, Sessions: limits}, nil)
+		done <- ServeHTTP(ctx, newServer(t, fd), ln, HTTPOptions{Security: HTTPSecurity{Token: testToken, Sessions: limits}})
 	}()
 	t.Cleanup(func() {
 		cancel()

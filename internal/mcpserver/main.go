@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
@@ -61,6 +62,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&hc.SocketGroup, "socket-group", "", "with --http unix:PATH: make the socket 0660 for `GROUP` and admit its members")
 	fs.DurationVar(&hc.Sessions.Idle, "http-session-idle", DefaultHTTPSessionIdle, "with --http: end an MCP session (and its named sessions) that has had no request for this `DURATION`, as if its client had sent DELETE")
 	fs.IntVar(&hc.Sessions.Max, "http-max-sessions", DefaultHTTPMaxSessions, "with --http: the most MCP sessions live at once; past it an initialize is refused (503) until one ends")
+	statusAddr := fs.String("status-listen", "", "with --http: serve "+ReadyPath+" (200 while this node takes new MCP sessions, 404 while it drains or cellblockd is unhealthy) and "+MetricsPath+" (cellblockd's, relayed) on `ADDR` (such as :9464), without a token: for a router's health checks, Kubernetes probes and Prometheus")
+	drain := fs.Duration("drain-timeout", 0, "with --http: on SIGTERM, take no new MCP sessions and wait up to `DURATION` (such as 5m) for clients to close theirs before stopping (0: stop at once)")
 	var warm WarmEnv
 	fs.Func("preload-env", "at start, have cellblockd build the dependency environment of this `REQUIREMENT` (repeatable, one requirement each, as run_python's dependencies): run_python calls with exactly these dependencies then find it built", func(v string) error {
 		warm.Dependencies = append(warm.Dependencies, v)
@@ -177,7 +180,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	srv := New(cfg)
 
 	if hc.Addr == "" {
+		if *statusAddr != "" || *drain != 0 {
+			return fmt.Errorf("--status-listen and --drain-timeout go with --http")
+		}
 		return ServeStdio(ctx, srv, stdin, stdout, log)
+	}
+	if *drain < 0 {
+		return fmt.Errorf("--drain-timeout %v: must not be negative", *drain)
 	}
 	ln, sec, err := ListenHTTP(hc, log)
 	if err != nil {
@@ -191,6 +200,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		url = scheme + "://" + ln.Addr().String() + HTTPPath
 	}
-	log.Info("serving MCP over streamable HTTP", "url", url, "token", sec.Token != "", "allowed_origins", hc.AllowOrigins)
-	return ServeHTTP(ctx, srv, ln, sec, log)
+	opts := HTTPOptions{Security: sec, Daemon: c, Drain: *drain, Log: log}
+	if *statusAddr != "" {
+		if opts.Status, err = net.Listen("tcp", *statusAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("--status-listen: %w", err)
+		}
+		log.Info("serving status", "ready", "http://"+opts.Status.Addr().String()+ReadyPath,
+			"metrics", "http://"+opts.Status.Addr().String()+MetricsPath)
+	}
+	log.Info("serving MCP over streamable HTTP", "url", url, "token", sec.Token != "", "allowed_origins", hc.AllowOrigins, "drain_timeout", *drain)
+	return ServeHTTP(ctx, srv, ln, opts)
 }

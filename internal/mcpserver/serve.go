@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/cellblock/cellblock/internal/client"
 )
 
 // stdioWorkers is how many tools/call requests the stdio transport serves
@@ -45,40 +47,80 @@ func ServeStdio(ctx context.Context, s *server.MCPServer, in io.Reader, out io.W
 	return err
 }
 
+// HTTPOptions are how ServeHTTP serves.
+type HTTPOptions struct {
+	// Security is checked on every request to the MCP endpoint
+	// (ListenHTTP says which checks a listener needs).
+	Security HTTPSecurity
+	// Status, if set, serves ReadyPath and MetricsPath without a token
+	// (see node.go): for a router's health checks, the kubelet's probes
+	// and Prometheus. ServeHTTP closes it when it returns.
+	Status net.Listener
+	// Daemon is asked for its health (ReadyPath) and metrics
+	// (MetricsPath); nil leaves both out of the daemon's hands: ready
+	// unless draining, and no metrics.
+	Daemon *client.Client
+	// Drain, when positive, is how long ServeHTTP waits after ctx ends for
+	// the open MCP sessions to be closed by their clients, while it takes
+	// no new ones, before it stops and ends them. Zero stops at once.
+	Drain time.Duration
+	// Log receives the server's log; nil discards it.
+	Log *slog.Logger
+}
+
 // ServeHTTP serves s as a streamable HTTP endpoint at HTTPPath on ln until
-// ctx ends, making sec's checks on every request (ListenHTTP opens ln and
-// says which). A call is cancelled when its client goes away (over HTTP
-// that is how MCP cancels: the client ends the request's stream).
+// ctx ends (then, with a drain time, until its sessions are closed or the
+// time is up), making opts.Security's checks on every request. A call is
+// cancelled when its client goes away (over HTTP that is how MCP cancels:
+// the client ends the request's stream).
 //
-// Besides sec's Origin check, requests that come in over loopback with a
+// MCP sessions (protocol 2025-11-25 and before) are this process's own:
+// a request naming one it did not issue, or that has ended, is answered
+// 404 with a lost-session error (node.go). MCP sessions a client leaves
+// behind end after opts.Security.Sessions.Idle, and at most
+// opts.Security.Sessions.Max are live (httpsessions.go).
+//
+// Besides the Origin check, requests that come in over loopback with a
 // Host header other than localhost are refused (mcp-go's DNS-rebinding
-// protection). MCP sessions a client leaves behind end after
-// sec.Sessions.Idle, and at most sec.Sessions.Max are live (see
-// httpsessions.go).
-func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, sec HTTPSecurity, log *slog.Logger) error {
+// protection).
+func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, opts HTTPOptions) error {
+	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	sessions := newHTTPSessions(sec.Sessions)
-	streamable := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(log), server.WithSessionIdManager(sessions))
+	n := &node{ids: newHTTPSessions(opts.Security.Sessions), daemon: opts.Daemon, log: log}
+	streamable := server.NewStreamableHTTPServer(s, server.WithStreamableHTTPLogger(log),
+		server.WithSessionIdManager(n.ids))
 	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, sessions.guard(streamable, log))
+	mux.Handle(HTTPPath, n.guard(streamable))
 	sweepCtx, stopSweep := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSweep()
-	go sessions.sweep(sweepCtx, streamable, log)
+	go n.ids.sweep(sweepCtx, streamable, log)
 	hs := &http.Server{
-		Handler:           sec.guard(mux, log),
+		Handler:           opts.Security.guard(mux, log),
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
+	var status *http.Server
+	if opts.Status != nil {
+		status = &http.Server{
+			Handler:           n.statusHandler(),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		go func() { errc <- status.Serve(opts.Status) }()
+	}
+	var serveErr error
 	select {
-	case err := <-errc:
-		return err
+	case serveErr = <-errc:
 	case <-ctx.Done():
+		if opts.Drain > 0 {
+			n.drain(opts.Drain)
+		}
 	}
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownGrace)
@@ -89,8 +131,16 @@ func ServeHTTP(ctx context.Context, s *server.MCPServer, ln net.Listener, sec HT
 		// cancels them.
 		_ = hs.Close()
 	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if status != nil {
+		_ = status.Close()
 	}
-	return nil
+	if serveErr == nil {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
 }

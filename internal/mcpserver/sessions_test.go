@@ -198,7 +198,9 @@ func TestSessionsEndWithConnection(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := make(chan error, 1)
-		go func() { done <- ServeHTTP(ctx, newServer(t, fd), ln, HTTPSecurity{Token: testToken}, nil) }()
+		go func() {
+			done <- ServeHTTP(ctx, newServer(t, fd), ln, HTTPOptions{Security: HTTPSecurity{Token: testToken}})
+		}()
 		c := dialHTTP(t, "http://"+ln.Addr().String()+HTTPPath, legacy...)
 		mustRunIn(t, c, "one", "1", nil)
 		cancel()

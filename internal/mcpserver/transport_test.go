@@ -69,7 +69,7 @@ func serveHTTPURL(t *testing.T, srv *server.MCPServer) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ServeHTTP(ctx, srv, ln, HTTPSecurity{Token: testToken}, nil) }()
+	go func() { done <- ServeHTTP(ctx, srv, ln, HTTPOptions{Security: HTTPSecurity{Token: testToken}}) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

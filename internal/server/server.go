@@ -127,7 +127,7 @@ func (s *Server) Handler() http.Handler {
 	s.registerTools(mux)
 	s.registerFiles(mux)
 	if s.cfg.Metrics != nil {
-		mux.HandleFunc("GET /metrics", s.handleMetrics)
+		mux.HandleFunc("GET "+api.PathMetrics, s.handleMetrics)
 	}
 	return s.guard(mux)
 }
