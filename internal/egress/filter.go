@@ -155,7 +155,10 @@ func newFilterReader(src io.ReadCloser, f *filter) *filterReader {
 func (r *filterReader) Read(p []byte) (int, error) {
 	for len(r.out) == 0 && r.err == nil {
 		n, err := r.src.Read(r.buf)
-		r.out, r.err = r.f.feed(r.out[:0], r.buf[:n], err != nil)
+		// Only a stream that ends gives up what the filter holds back:
+		// one that breaks off keeps it (it may be the start of a
+		// string the filter looks for).
+		r.out, r.err = r.f.feed(r.out[:0], r.buf[:n], err == io.EOF)
 		if r.err == nil {
 			r.err = err
 		}

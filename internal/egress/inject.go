@@ -449,7 +449,11 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	var pending []byte
 	for {
 		n, rerr := body.Read(buf)
-		pending, _ = f.feed(pending[:0], buf[:n], rerr != nil)
+		// What the filter holds back goes to the program only when the
+		// answer ends: an answer cut short (by the host, or by the run's
+		// byte cap, which the program can make fall where it likes) may
+		// be cut inside a value, whose start the filter holds.
+		pending, _ = f.feed(pending[:0], buf[:n], rerr == io.EOF)
 		if len(pending) > 0 {
 			if _, err := w.Write(pending); err != nil {
 				return

@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -835,5 +836,39 @@ func TestSecretCloseEndsInterception(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waits for the handshake")
+	}
+}
+
+// A response cut short (the host's connection ends, or the run's byte cap
+// stops it) in the middle of a value gives the program nothing of what
+// the filter held back: all but the value's last byte would otherwise
+// reach it, and the byte cap lets a program choose where the cut falls.
+func TestSecretCutResponseKeepsWhatWasHeld(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	for _, h2 := range []bool{false, true} {
+		up := newRecorder(t, cert, h2)
+		host := "localhost:" + up.port
+		f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+		up.answer = func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "start\n"+testValue[:len(testValue)-1])
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // cut, not ended
+		}
+		_, body, _ := f.do(t, "GET", "https://"+host+"/", nil, nil)
+		if strings.Contains(body, testValue[:8]) {
+			t.Errorf("h2 %v: the program got the start of the value from a cut response: %q", h2, body)
+		}
+	}
+}
+
+// A request body that breaks off (the program's connection ends) after
+// the start of a placeholder gives the host nothing of that start.
+func TestFilterReaderKeepsWhatWasHeldOnError(t *testing.T) {
+	ph := "cbph_" + strings.Repeat("Q", 40)
+	src := io.MultiReader(strings.NewReader("hello "+ph[:20]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	r := newFilterReader(io.NopCloser(src), newFilter([]rule{{find: []byte(ph)}}, func(*rule) error { return errPlaceholder }))
+	got, err := io.ReadAll(r)
+	if err == nil || strings.Contains(string(got), ph[:5]) {
+		t.Errorf("read %q, %v: the start of the placeholder passed", got, err)
 	}
 }
