@@ -402,7 +402,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 			return
 		}
 		// Filtered: an error may quote what went out, or what came back.
-		msg, _ := newFilter(p.responseRules(extra), nil).string(err.Error())
+		msg, _ := newSecretFilter(p.responseRules(extra), nil).string(err.Error())
 		p.log.Debug("an intercepted request failed", "host", t.shown, "err", msg)
 		p.fail(w, http.StatusBadGateway, what+": "+msg)
 		return
@@ -424,7 +424,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	// The response as it comes back: every form of every value of the
 	// run's secrets replaced, in its headers and its body.
 	var redacted sync.Map
-	f := newFilter(p.responseRules(extra), func(ru *rule) error {
+	f := newSecretFilter(p.responseRules(extra), func(ru *rule) error {
 		if _, seen := redacted.LoadOrStore(ru.secret, true); !seen {
 			p.e.cfg.OnSecret(ru.secret.name, api.SecretRedacted)
 			p.log.Debug("secret taken out of a response", "secret", ru.secret.name, "host", t.shown, "method", r.Method, "path", path)

@@ -636,14 +636,16 @@ func TestFilter(t *testing.T) {
 	in := "a secret, secretive, secre, cret, ssecrett, the end secr"
 	want := "a S, V, seC, Ct, sSt, the end secr"
 	for cut := 1; cut <= len(in); cut++ {
-		f := newFilter(rules, nil)
-		var out []byte
-		for i := 0; i < len(in); i += cut {
-			j := min(i+cut, len(in))
-			out, _ = f.feed(out, []byte(in[i:j]), j == len(in))
-		}
-		if string(out) != want {
-			t.Errorf("cut %d: %q, want %q", cut, out, want)
+		for _, mk := range []func([]rule, func(*rule) error) *filter{newFilter, newSecretFilter} {
+			f := mk(rules, nil)
+			var out []byte
+			for i := 0; i < len(in); i += cut {
+				j := min(i+cut, len(in))
+				out, _ = f.feed(out, []byte(in[i:j]), j == len(in))
+			}
+			if string(out) != want {
+				t.Errorf("cut %d, secret %v: %q, want %q", cut, f.secret, out, want)
+			}
 		}
 	}
 	f := newFilter(rules, nil)
@@ -870,5 +872,65 @@ func TestFilterReaderKeepsWhatWasHeldOnError(t *testing.T) {
 	got, err := io.ReadAll(r)
 	if err == nil || strings.Contains(string(got), ph[:5]) {
 		t.Errorf("read %q, %v: the start of the placeholder passed", got, err)
+	}
+}
+
+// What the filter of a response holds back does not depend on the value:
+// otherwise a program that makes the host echo a guess (a streaming API
+// that repeats what it is sent) sees the guess held back exactly when it
+// begins the value, and learns the value a character at a time. Here the
+// host echoes a guess and waits: the program has the same then, whether
+// the guess begins the value or not. A line, or an event of a stream,
+// passes at once.
+func TestSecretFilterHoldsBackAlikeForAnyGuess(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	release := make(chan struct{})
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "event: x\n"+r.URL.Query().Get("echo"))
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		io.WriteString(w, "\n")
+	}
+	// firstSeen is what the program has when the event's line arrives.
+	firstSeen := func(guess string) string {
+		t.Helper()
+		res, err := f.client.Get("https://" + host + "/?echo=" + url.QueryEscape(guess))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var got []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(got, []byte("event: x\n")) {
+			n, err := res.Body.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				t.Fatalf("%q: %v", got, err)
+			}
+		}
+		release <- struct{}{}
+		io.Copy(io.Discard, res.Body)
+		return string(got)
+	}
+	other := strings.Map(func(r rune) rune { return 'z' - (r % 7) }, testValue)
+	for _, k := range []int{4, 12, len(testValue) - 1} {
+		a, b := firstSeen("data: "+testValue[:k]), firstSeen("data: "+other[:k])
+		if a != b {
+			t.Errorf("a guess of %d bytes: the program has %q when it is the value's start, %q when not", k, a, b)
+		}
+	}
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "event: x\ndata: {}\n\n")
+		http.NewResponseController(w).Flush()
+		<-release
+	}
+	if got := firstSeen(""); got != "event: x\ndata: {}\n\n" {
+		t.Errorf("an event was held back: %q", got)
 	}
 }
