@@ -934,3 +934,27 @@ func TestSecretFilterHoldsBackAlikeForAnyGuess(t *testing.T) {
 		t.Errorf("an event was held back: %q", got)
 	}
 }
+
+// The proxy asks a secret's host for no compression: a compressed answer
+// that carries a value beside what the program chose (a guess, echoed) is
+// shorter the more of the value the guess repeats (a BREACH oracle, which
+// the run's byte cap, counted on the compressed bytes, lets the program
+// read); an answer compressed anyway is still decoded and filtered.
+func TestSecretAsksForNoCompression(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, true)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q", r.Header.Values("Accept-Encoding"))
+	}
+	for _, ae := range []string{"", "gzip, br", "gzip;q=1, identity;q=0"} {
+		hdr := map[string]string{}
+		if ae != "" {
+			hdr["Accept-Encoding"] = ae
+		}
+		if code, body, _ := f.do(t, "GET", "https://"+host+"/", hdr, nil); code != 200 || body != `["identity"]` {
+			t.Errorf("the program asked %q: the host was asked %s (%d)", ae, body, code)
+		}
+	}
+}
