@@ -506,25 +506,34 @@ func uniq(list []*runSecret) []*runSecret {
 	return out
 }
 
-// decoded is resp's body as the filter must read it: a body the transport
-// did not decode itself (gzip it asked for) is decoded here when it is
-// gzip or deflate, and any other encoding is refused: the filter cannot
-// read it.
+// decoded is resp's body as the filter must read it: a body in gzip or
+// deflate (which the proxy does not ask for) is decoded here, and any
+// other encoding, or more than one, is refused: the filter cannot read
+// it. Every Content-Encoding line counts, not the first alone.
 // expanded says the body is decompressed (by the transport or here).
 func decoded(resp *http.Response) (body io.Reader, expanded bool, err error) {
-	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
 	if resp.StatusCode < 200 {
 		return nil, false, fmt.Errorf("the host answered %d, which cellblock does not pass on from a host it puts secrets in", resp.StatusCode)
 	}
-	switch ce {
-	case "", "identity":
-		resp.Header.Del("Content-Encoding")
+	var codings []string
+	for _, line := range resp.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(line, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	resp.Header.Del("Content-Encoding")
+	switch {
+	case len(codings) == 0:
 		return resp.Body, resp.Uncompressed, nil
+	case len(codings) > 1:
+		return nil, false, errors.New("the response has more than one Content-Encoding, which cellblock does not undo to take secrets out of it")
+	}
+	switch codings[0] {
 	case "gzip", "x-gzip":
-		resp.Header.Del("Content-Encoding")
 		return &lazyReader{open: func() (io.Reader, error) { return gzip.NewReader(resp.Body) }}, true, nil
 	case "deflate":
-		resp.Header.Del("Content-Encoding")
 		return &lazyReader{open: func() (io.Reader, error) { return zlib.NewReader(resp.Body) }}, true, nil
 	}
 	// The encoding's name is not quoted: it is the host's text, which

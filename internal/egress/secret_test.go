@@ -958,3 +958,38 @@ func TestSecretAsksForNoCompression(t *testing.T) {
 		}
 	}
 }
+
+// A response whose Content-Encoding comes in two lines is read by all of
+// them: "identity" then "gzip" is a gzip body, decoded and filtered, not
+// one passed on as it is for the program to decode itself.
+func TestSecretEveryContentEncodingLine(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	for _, lines := range [][]string{{"identity", "gzip"}, {"gzip", "identity"}, {"", "gzip"}} {
+		up.answer = func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Encoding"] = lines
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, "token "+testValue)
+			zw.Close()
+		}
+		code, body, _ := f.do(t, "GET", "https://"+host+"/", map[string]string{"Accept-Encoding": "identity"}, nil)
+		got := body
+		if zr, err := gzip.NewReader(strings.NewReader(body)); err == nil {
+			b, _ := io.ReadAll(zr)
+			got = string(b)
+		}
+		if strings.Contains(got, testValue) || code == 200 && got != "token "+f.placeholder {
+			t.Errorf("Content-Encoding %q: %d, the program got %q", lines, code, got)
+		}
+	}
+	// Two codings the proxy cannot undo in order are refused.
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Encoding"] = []string{"gzip", "gzip"}
+		io.WriteString(w, testValue)
+	}
+	if code, body, _ := f.do(t, "GET", "https://"+host+"/", nil, nil); code != 502 || strings.Contains(body, testValue) {
+		t.Errorf("gzip twice: %d %q", code, body)
+	}
+}
