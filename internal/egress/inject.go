@@ -369,6 +369,13 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	// compressed anyway is decoded (decoded) and filtered.
 	out.Header.Set("Accept-Encoding", "identity")
 	out.Header.Del("Expect") // the server here answered it
+	if len(bound) > 0 {
+		// The whole answer, which the filter reads whole: a range of a
+		// resource that holds a value (stored by the host from a header
+		// or a query) gives it in pieces, each too short to be known.
+		out.Header.Del("Range")
+		out.Header.Del("If-Range")
+	}
 	var extra []rule
 	for name, vs := range out.Header {
 		for i, v := range vs {

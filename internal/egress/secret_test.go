@@ -993,3 +993,31 @@ func TestSecretEveryContentEncodingLine(t *testing.T) {
 		t.Errorf("gzip twice: %d %q", code, body)
 	}
 }
+
+// A range of a resource that holds a value (one the host stored from a
+// request's header or query) would give the program the value in pieces,
+// each too short for the filter to know: requests to a secret's host go
+// without Range, and the whole answer is filtered.
+func TestSecretNoRangeOfAValue(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	const prefix = "id: 7\ntoken: "
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "stored.txt", time.Unix(1e9, 0), strings.NewReader(prefix+testValue+"\n"))
+	}
+	for _, hdr := range []map[string]string{
+		{"Range": fmt.Sprintf("bytes=%d-%d", len(prefix), len(prefix)+17)},
+		{"Range": fmt.Sprintf("bytes=%d-", len(prefix)+5)},
+		{"Range": "bytes=0-3", "If-Range": `"x"`},
+	} {
+		code, body, _ := f.do(t, "GET", "https://"+host+"/stored.txt", hdr, nil)
+		if code != 200 || body != prefix+f.placeholder+"\n" {
+			t.Errorf("%v: %d %q", hdr, code, body)
+		}
+		if seen, _ := up.last(); seen.Header.Get("Range") != "" || seen.Header.Get("If-Range") != "" {
+			t.Errorf("the host was asked %v", seen.Header)
+		}
+	}
+}
