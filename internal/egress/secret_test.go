@@ -598,8 +598,17 @@ func TestSecretAsking(t *testing.T) {
 	e := f.p.e
 	var aerr *api.Error
 	_, err := e.ForRun("r2", 1000, nil, []string{"TOKEN", "NOPE"})
-	if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || aerr.Field != "secrets[1]" || !strings.Contains(aerr.Message, "OTHER, TOKEN") {
+	if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || aerr.Field != "secrets[1]" || !strings.Contains(aerr.Message, "TOKEN") {
 		t.Errorf("unknown: %v", err)
+	}
+	// The names listed are those the caller may use: which secrets
+	// exist is for root (info), as which it may use is for each uid.
+	for uid, want := range map[uint32]string{0: "declares OTHER, TOKEN", 1000: "TOKEN", 1001: "none you may use"} {
+		_, err := e.ForRun("r2", uid, nil, []string{"NOPE"})
+		if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || !strings.Contains(aerr.Message, want) ||
+			uid != 0 && strings.Contains(aerr.Message, "OTHER") || uid == 1001 && strings.Contains(aerr.Message, "TOKEN") {
+			t.Errorf("uid %d, unknown: %v", uid, err)
+		}
 	}
 	_, err = e.ForRun("r2", 1001, nil, []string{"TOKEN"})
 	if !errors.As(err, &aerr) || aerr.Type != api.ErrForbidden || aerr.Field != "secrets[0]" || !strings.Contains(aerr.Message, "TOKEN") {
