@@ -166,10 +166,13 @@ func (p *Proxy) responseRules(extra []rule) []rule {
 // secureTransport sends the requests of intercepted connections: over TLS
 // of the proxy's own, verified against the upstream roots, HTTP/2 when the
 // host offers it; through the same checks, caps and counts as a tunnel.
-func (p *Proxy) secureTransport() *http.Transport {
+// spare, if set, gives a connection to the host already made, or nil.
+func (p *Proxy) secureTransport(spare func() net.Conn) *http.Transport {
 	return &http.Transport{
-		Proxy:                  nil, // never the daemon's own proxy settings
-		DialTLSContext:         p.dialTLS,
+		Proxy: nil, // never the daemon's own proxy settings
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.dialTLS(ctx, addr, spare)
+		},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConnsPerHost:    4,
 		MaxConnsPerHost:        p.e.cfg.MaxConnections,
@@ -181,16 +184,22 @@ func (p *Proxy) secureTransport() *http.Transport {
 	}
 }
 
-// dialTLS connects to addr as connect does and speaks TLS with it,
-// verifying it is the host the program named.
-func (p *Proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialTLS connects to addr as connect does (or takes the connection
+// spare gives) and speaks TLS with it, verifying it is the host the
+// program named.
+func (p *Proxy) dialTLS(ctx context.Context, addr string, spare func() net.Conn) (net.Conn, error) {
 	t, err := parseTarget(addr, 443)
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.connect(ctx, t)
-	if err != nil {
-		return nil, err
+	var c net.Conn
+	if spare != nil {
+		c = spare()
+	}
+	if c == nil {
+		if c, err = p.connect(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	name := t.host
 	if t.addr.IsValid() {
@@ -253,34 +262,57 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		p.fail(w, http.StatusInternalServerError, "cannot make a certificate for "+t.shown)
 		return
 	}
+	client, br, ok := p.takeOver(w)
+	if !ok {
+		return
+	}
+	defer p.letGo(client)
+	p.serveTLS(r.Context(), client, br, t, bound, cert, p.secure)
+}
+
+// takeOver takes the connection of a CONNECT from the server, answers it
+// 200, and keeps it among the connections Close ends, whatever they are
+// doing (a TLS handshake, requests, a wait). letGo closes it and forgets
+// it.
+func (p *Proxy) takeOver(w http.ResponseWriter) (net.Conn, *bufio.Reader, bool) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		p.fail(w, http.StatusInternalServerError, "cannot tunnel on this connection")
-		return
+		return nil, nil, false
 	}
 	client, brw, err := hj.Hijack()
 	if err != nil {
-		return
+		return nil, nil, false
 	}
-	defer client.Close()
-	// Close ends it, whatever it is doing: the handshake, or requests.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return
+		client.Close()
+		return nil, nil, false
 	}
 	p.intercepted[client] = struct{}{}
 	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.intercepted, client)
-		p.mu.Unlock()
-	}()
 	_ = client.SetDeadline(time.Time{})
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
+		p.letGo(client)
+		return nil, nil, false
 	}
-	tc := tls.Server(&bufferedConn{Conn: client, r: brw.Reader}, &tls.Config{
+	return client, brw.Reader, true
+}
+
+func (p *Proxy) letGo(client net.Conn) {
+	client.Close()
+	p.mu.Lock()
+	delete(p.intercepted, client)
+	p.mu.Unlock()
+}
+
+// serveTLS ends the program's TLS on client (read through br), with cert
+// (for t), offering HTTP/1.1 alone, and serves each request it sends with
+// serveSecure, which puts in the values of bound (none for a host bound to
+// no secret, whose requests are only checked) and sends it with rt.
+func (p *Proxy) serveTLS(ctx context.Context, client net.Conn, br *bufio.Reader, t target, bound []*runSecret, cert *tls.Certificate, rt http.RoundTripper) {
+	tc := tls.Server(&bufferedConn{Conn: client, r: br}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// HTTP/1.1 only: each request is read whole here.
 		NextProtos: []string{"http/1.1"},
@@ -292,7 +324,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		},
 	})
 	_ = tc.SetDeadline(time.Now().Add(headerTimeout))
-	if err := tc.HandshakeContext(r.Context()); err != nil {
+	if err := tc.HandshakeContext(ctx); err != nil {
 		p.log.Debug("TLS with the program failed", "host", t.shown, "err", err)
 		return
 	}
@@ -302,7 +334,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 	ln := &oneConnListener{done: make(chan struct{})}
 	ln.conn = &closeNotifyConn{Conn: tc, onClose: func() { ln.Close() }}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveSecure(w, r, t, bound) }),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveSecure(w, r, t, bound, rt) }),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -312,16 +344,16 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 	_ = srv.Serve(ln)
 }
 
-// serveSecure carries out one request of an intercepted connection to t:
-// see secret.go.
-func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bound []*runSecret) {
+// serveSecure carries out one request of an intercepted connection to t,
+// sending it on with rt: see secret.go.
+func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bound []*runSecret, rt http.RoundTripper) {
 	if !p.enter() {
 		return
 	}
 	defer p.work.Done()
 	path := usePath(r.URL)
 	what := r.Method + " https://" + t.shown + path
-	texts := append(headerTexts(r.Header), r.RequestURI, r.Host)
+	texts := requestTexts(r)
 	// One host per connection: the CONNECT's.
 	if !t.names(r.Host) || r.URL.Host != "" && !t.names(r.URL.Host) || r.URL.Scheme != "" && r.URL.Scheme != "https" {
 		if found := foundIn(p.pol.secrets, texts...); len(found) > 0 {
@@ -398,7 +430,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		}))
 	}
 
-	resp, err := p.secure.RoundTrip(out)
+	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		if s := inBody.Load(); s != nil {
 			d := hostDenial(t, s)

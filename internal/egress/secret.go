@@ -33,16 +33,21 @@ import (
 //     host (in its headers, URL or body) is refused;
 //   - the response comes back with every form the proxy knows of the
 //     value (valueForms) replaced, in its headers and its body, which the
-//     proxy decodes first (it asks for gzip or nothing, and refuses any
-//     other encoding);
+//     proxy decodes first (it asks for no compression, decodes gzip and
+//     deflate, and refuses any other encoding); the request goes without
+//     Range, so that the filter reads the whole answer; what the filter
+//     holds back of a streamed answer depends on the stream alone
+//     (filter);
 //   - the request must be for the host the CONNECT named (Host header,
 //     absolute URL, TLS server name), so one connection cannot carry a
 //     value to another host behind the same address; protocol upgrades
 //     (WebSocket) are refused, as their frames would pass unread.
 //
-// Every other CONNECT is today's blind tunnel, untouched: the proxy cannot
-// see inside it, and nothing of a value can be in it. A placeholder in a
-// plain HTTP request, to any host, is refused: values go only over TLS.
+// Every other CONNECT of a run with secrets is inspected (inspect.go):
+// its requests are checked for the run's placeholders as above, with
+// nothing put in. A run without secrets keeps blind tunnels. A
+// placeholder in a plain HTTP request, to any host, is refused: values go
+// only over TLS.
 
 // placeholderPrefix begins every placeholder.
 const placeholderPrefix = "cbph_"
@@ -188,6 +193,17 @@ func headerTexts(h http.Header) []string {
 		}
 	}
 	return out
+}
+
+// requestTexts are what a request's line and headers say, for looking
+// for placeholders: the headers (headerTexts), the target as sent and
+// its path and query decoded, as the server reads them, and the Host.
+func requestTexts(r *http.Request) []string {
+	texts := append(headerTexts(r.Header), r.RequestURI, r.URL.Path, r.Host)
+	if q, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
+		texts = append(texts, q)
+	}
+	return texts
 }
 
 // placeholderRules are rules that find the placeholders of list, for

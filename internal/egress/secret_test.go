@@ -778,17 +778,28 @@ func TestSecretDecompressionCounts(t *testing.T) {
 	}
 }
 
-// The jail is offered HTTP/1.1 alone; a host bound to no secret is a
-// blind tunnel in a run with secrets too: the program sees the host's own
-// certificate, not one of the CA.
+// The jail is offered HTTP/1.1 alone; in a run with secrets a host bound
+// to none of them is intercepted too (the program sees a certificate of
+// the CA), while a run without secrets keeps a blind tunnel to it: the
+// program sees the host's own certificate and speaks HTTP/2 with it.
 func TestSecretALPNAndBlindTunnels(t *testing.T) {
 	cert, roots := upstreamCA(t)
 	up := newRecorder(t, cert, true)
-	blind := newRecorder(t, cert, true)
-	host, blindHost := "localhost:"+up.port, "localhost:"+blind.port
-	f := newSecretFixture(t, roots, []string{blindHost}, []string{host}, []string{"localhost:1"})
-	connect := func(target string, protos []string) (*tls.Conn, error) {
-		c, err := net.Dial("tcp", f.p.listeners[0].Addr().String())
+	unbound := newRecorder(t, cert, true)
+	host, unboundHost := "localhost:"+up.port, "localhost:"+unbound.port
+	f := newSecretFixture(t, roots, []string{unboundHost}, []string{host}, []string{"localhost:1"})
+	noSecrets, err := f.p.e.ForRun("r3", 0, &api.Network{Allow: []string{unboundHost}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets.Serve(ln)
+	t.Cleanup(func() { noSecrets.Close() })
+	connect := func(p *Proxy, target string, protos []string) (*tls.Conn, error) {
+		c, err := net.Dial("tcp", p.listeners[0].Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -801,17 +812,19 @@ func TestSecretALPNAndBlindTunnels(t *testing.T) {
 		tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: "localhost", RootCAs: f.caPool, InsecureSkipVerify: true, NextProtos: protos})
 		return tc, tc.Handshake()
 	}
-	tc, err := connect(host, []string{"h2", "http/1.1"})
-	if err != nil || tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
-		t.Errorf("ALPN h2, http/1.1: %v %q", err, tc.ConnectionState().NegotiatedProtocol)
+	for _, target := range []string{host, unboundHost} {
+		tc, err := connect(f.p, target, []string{"h2", "http/1.1"})
+		if err != nil || tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
+			t.Errorf("%s: ALPN h2, http/1.1: %v %q", target, err, tc.ConnectionState().NegotiatedProtocol)
+		}
+		if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "cellblock egress CA") {
+			t.Errorf("%s is presented by %q", target, issuer)
+		}
+		if _, err := connect(f.p, target, []string{"h2"}); err == nil {
+			t.Errorf("%s: a client that speaks h2 alone got a connection", target)
+		}
 	}
-	if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "cellblock egress CA") {
-		t.Errorf("the secret's host is presented by %q", issuer)
-	}
-	if _, err := connect(host, []string{"h2"}); err == nil {
-		t.Error("a client that speaks h2 alone got a connection")
-	}
-	tc, err = connect(blindHost, []string{"h2", "http/1.1"})
+	tc, err := connect(noSecrets, unboundHost, []string{"h2", "http/1.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
