@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
@@ -88,7 +89,9 @@ func (s *runSecret) boundTo(t target) bool {
 
 // valueForms are the forms in which value may come back in a response,
 // each with what the program gets in its place: the value itself, URL-
-// and JSON-escaped, in hex, and in base64 (standard and URL alphabets).
+// escaped (hex digits in either case), JSON-escaped (with "/" as "\/"
+// or not), HTML-escaped, in hex, and in base64 (standard and URL
+// alphabets).
 // Base64 of the value alone becomes base64 of the placeholder; where the
 // value sits at another offset of a base64 text, the characters that
 // carry its bits alone become 'A's.
@@ -98,10 +101,16 @@ func valueForms(value, placeholder string, s *runSecret) []rule {
 		rules = append(rules, rule{find: []byte(find), repl: []byte(repl), secret: s})
 	}
 	add(value, placeholder)
-	add(url.QueryEscape(value), placeholder)
-	add(url.PathEscape(value), placeholder)
-	add(jsonEscape(value, true), placeholder)
-	add(jsonEscape(value, false), placeholder)
+	for _, esc := range []string{url.QueryEscape(value), url.PathEscape(value)} {
+		add(esc, placeholder)
+		add(lowerPercent(esc), placeholder) // %2f, as some encoders write it
+	}
+	for _, esc := range []string{jsonEscape(value, true), jsonEscape(value, false)} {
+		add(esc, placeholder)
+		add(strings.ReplaceAll(esc, "/", `\/`), placeholder) // PHP's json_encode
+	}
+	add(html.EscapeString(value), placeholder)
+	add(htmlAttrEscaper.Replace(value), placeholder)
 	add(hex.EncodeToString([]byte(value)), hex.EncodeToString([]byte(placeholder)))
 	add(strings.ToUpper(hex.EncodeToString([]byte(value))), strings.ToUpper(hex.EncodeToString([]byte(placeholder))))
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
@@ -112,6 +121,30 @@ func valueForms(value, placeholder string, s *runSecret) []rule {
 		}
 	}
 	return rules
+}
+
+// htmlAttrEscaper escapes text as the encoders of HTML attributes do
+// (OWASP's rule, with "/" too), besides html.EscapeString's way.
+var htmlAttrEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2F;")
+
+// lowerPercent is s with the hex digits of its percent-escapes in lower
+// case.
+func lowerPercent(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if c >= 'A' && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // jsonEscape is s as a JSON string has it, without the quotes.

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"math/big"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -1040,6 +1042,28 @@ func TestSecretNoRangeOfAValue(t *testing.T) {
 		}
 		if seen, _ := up.last(); seen.Header.Get("Range") != "" || seen.Header.Get("If-Range") != "" {
 			t.Errorf("the host was asked %v", seen.Header)
+		}
+	}
+}
+
+// A value with punctuation (an AWS secret key, a base64 token) comes back
+// in the escapings servers commonly use, each taken out: JSON with "\/"
+// (PHP's json_encode), percent-encoding in lower case, HTML escaping.
+func TestSecretValueFormsOfPunctuation(t *testing.T) {
+	const v = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY=&<x>'\"EXAMPLEKEY"
+	lower := regexp.MustCompile(`%[0-9A-F]{2}`)
+	lowerPct := func(s string) string { return lower.ReplaceAllStringFunc(s, strings.ToLower) }
+	owasp := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2F;")
+	ph := "cbph_" + strings.Repeat("P", 40)
+	for _, form := range []string{
+		strings.ReplaceAll(jsonEscape(v, false), "/", `\/`),
+		strings.ReplaceAll(jsonEscape(v, true), "/", `\/`),
+		lowerPct(url.QueryEscape(v)), lowerPct(url.PathEscape(v)),
+		html.EscapeString(v), owasp.Replace(v),
+	} {
+		out, _ := newSecretFilter(valueForms(v, ph, nil), nil).string("[" + form + "]")
+		if out != "["+ph+"]" {
+			t.Errorf("%q came back as %q", form, out)
 		}
 	}
 }
