@@ -371,7 +371,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		return
 	}
 	if r.Header.Get("Upgrade") != "" {
-		p.fail(w, http.StatusNotImplemented, "cellblock does not carry protocol upgrades (WebSocket) to a host it puts secrets in")
+		p.fail(w, http.StatusNotImplemented, "cellblock does not carry protocol upgrades (WebSocket) in a run with secrets: it reads every request of such a run, and could not read their frames")
 		return
 	}
 	if d := p.foreignPlaceholder(t, bound, texts...); d != nil {
