@@ -139,14 +139,18 @@ func startSecretServer(t *testing.T, cert *tls.Certificate, value func() string,
 
 // secretSetup is a daemon with two secrets: GH_TOKEN, bound to the
 // secure server, and OTHER_TOKEN, bound to other (HTTPS too) and granted
-// to uid 65533; plain is a plain HTTP server any run may reach.
+// to uid 65533; plain is a plain HTTP server any run may reach, unbound an
+// HTTPS one (with a certificate of the test's CA, which the daemon trusts)
+// and raw a TCP server of no protocol, both bound to no secret, which a
+// run may reach when it asks.
 type secretSetup struct {
-	d                    *Daemon
-	secure, other, plain *secretServer
-	file                 string
-	mu                   sync.Mutex
-	value                string
-	otherValue           string
+	d                             *Daemon
+	secure, other, plain, unbound *secretServer
+	raw                           *rawEcho
+	file                          string
+	mu                            sync.Mutex
+	value                         string
+	otherValue                    string
 }
 
 func (s *secretSetup) current() string {
@@ -189,7 +193,11 @@ func startSecretDaemon(t *testing.T, args ...string) *secretSetup {
 	s.secure = startSecretServer(t, &cert, s.current, index)
 	s.other = startSecretServer(t, &cert, func() string { return s.otherValue }, nil)
 	s.plain = startSecretServer(t, nil, s.current, nil)
+	s.unbound = startSecretServer(t, &cert, s.current, nil)
+	s.raw = startRawEcho(t)
 	flags := []string{
+		"--network-allow", fmt.Sprintf("localhost:%d", s.unbound.Port),
+		"--network-allow", fmt.Sprintf("localhost:%d", s.raw.Port),
 		"--network-allow", fmt.Sprintf("localhost:%d", s.secure.Port),
 		"--network-allow", fmt.Sprintf("localhost:%d", s.other.Port),
 		"--network-allow", fmt.Sprintf("localhost:%d", s.plain.Port),
@@ -201,6 +209,53 @@ func startSecretDaemon(t *testing.T, args ...string) *secretSetup {
 	}
 	s.d = startDaemon(t, append(flags, args...)...)
 	return s
+}
+
+// rawEcho is a TCP server of no protocol that echoes what it reads, and
+// keeps it.
+type rawEcho struct {
+	Port int
+	mu   sync.Mutex
+	got  bytes.Buffer
+}
+
+func startRawEcho(t *testing.T) *rawEcho {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	e := &rawEcho{Port: ln.Addr().(*net.TCPAddr).Port}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					e.mu.Lock()
+					e.got.Write(buf[:n])
+					e.mu.Unlock()
+					c.Write(buf[:n])
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return e
+}
+
+func (e *rawEcho) received() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.got.String()
 }
 
 // noValue fails the test when any of texts holds the value.
@@ -491,6 +546,150 @@ print(get("https://localhost:%[3]d/echo", {"X-Encoded": base64.b64encode(ph.enco
 		m[`cellblock_secret_uses_total{outcome="injected",secret="OTHER_TOKEN"}`] != 1 ||
 		m[`cellblock_secret_uses_total{outcome="redacted",secret="OTHER_TOKEN"}`] != 1 {
 		t.Errorf("metrics: %v", filterMetrics(m, "cellblock_secret"))
+	}
+	s.noValue(t, "the daemon's log", s.d.Log())
+}
+
+// In a run with secrets every CONNECT is read, also to a host bound to
+// none: HTTPS to it works (the jail trusts the daemon's CA, the daemon
+// the host's), and a request that carries the placeholder (urllib,
+// requests, httpx, http.client: in a header, the URL, a Basic
+// credential, a body, a body sent in pieces) is refused with a 403 and
+// reported in the result's denials (kind secret, with the host), the
+// audit log and the metrics, the host seeing nothing of it; a tunnel that
+// is not TLS carries what it carries but is cut at the placeholder, even
+// split across writes. A run without secrets keeps a blind tunnel: the
+// jail sees the host's own certificate.
+func TestSecretsInspectedElsewhere(t *testing.T) {
+	requireRoot(t)
+	wheels := clientWheelhouse(t)
+	s := startSecretDaemon(t, "--no-index", "--find-links", wheels)
+	allow := []string{fmt.Sprintf("localhost:%d", s.unbound.Port), fmt.Sprintf("localhost:%d", s.raw.Port)}
+	res := runOK(t, s.d, &api.RunRequest{Secrets: []string{"GH_TOKEN"}, Dependencies: clientPackages,
+		Network: &api.Network{Allow: allow}, Code: fmt.Sprintf(`
+import http.client, os, socket, ssl, urllib.parse, urllib.request, urllib.error, httpx, requests
+ph = os.environ["GH_TOKEN"]
+base = "https://localhost:%[1]d/echo"
+def get(url, headers={}, data=None):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers, data=data), timeout=30) as r:
+            return "%%d %%s" %% (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "HTTP %%d %%s" %% (e.code, e.headers.get("X-Cellblock-Denial"))
+def rq(r):
+    return "%%d %%s" %% (r.status_code, r.headers.get("X-Cellblock-Denial") or r.text)
+print(get(base + "?fine=1", {"Authorization": "Bearer not-a-placeholder"}))
+print(get(base, {"Authorization": "Bearer " + ph}))
+print(get(base + "?key=" + ph))
+print(get(base, data=b"x" * 100000 + ph.encode()))
+print(rq(requests.get(base, headers={"X-Api-Key": ph}, timeout=30)))
+print(rq(requests.get(base, auth=("__token__", ph), timeout=30)))
+def pieces():
+    yield b"a=" + ph[:9].encode()
+    yield ph[9:].encode() + b"&b=2"
+print(rq(httpx.post(base, content=pieces(), timeout=30)))
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+c = http.client.HTTPSConnection(proxy.hostname, proxy.port, context=ssl.create_default_context(), timeout=30)
+c.set_tunnel("localhost", %[1]d)
+c.putrequest("POST", "/echo")
+c.putheader("Content-Length", str(len(ph) + 2))
+c.endheaders()
+c.send(b"a=" + ph[:9].encode())
+c.send(ph[9:].encode())
+r = c.getresponse()
+print(r.status, r.getheader("X-Cellblock-Denial"))
+def tunnel(*writes):
+    c = socket.create_connection((proxy.hostname, proxy.port), timeout=30)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    c.sendall(b"CONNECT localhost:%[2]d HTTP/1.1\r\nHost: localhost:%[2]d\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += c.recv(1)
+    for w in writes:
+        c.sendall(w)
+    got = b""
+    while b"end\n" not in got:
+        try:
+            b = c.recv(4096)
+        except OSError:
+            break
+        if not b:
+            break
+        got += b
+    c.close()
+    return "%%s | %%r" %% (head.split(b"\r\n")[0].decode(), got)
+print(tunnel(b"hello\n", b"end\n"))
+print(tunnel(b"hello\n", b"AUTH " + ph[:7].encode(), ph[7:].encode() + b"\n", b"end\n"))
+`, s.unbound.Port, s.raw.Port)})
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	want := []string{
+		"200 auth=Bearer not-a-placeholder query=fine=1 value=cbph_",
+		"HTTP 403 secret_host", "HTTP 403 secret_host", "HTTP 403 secret_host",
+		"403 secret_host", "403 secret_host", "403 secret_host", "403 secret_host",
+		`HTTP/1.1 200 Connection established | b'hello\nend\n'`,
+		`HTTP/1.1 200 Connection established | b'`,
+	}
+	ok := len(lines) == len(want)
+	for i := 0; ok && i < len(want); i++ {
+		ok = strings.HasPrefix(lines[i], want[i])
+	}
+	if !ok || strings.Contains(lines[len(lines)-1], "end") || strings.Contains(lines[len(lines)-1], "cbph_") {
+		t.Fatalf("output:\n%s\nstderr %s\ndenials %+v", res.Stdout, res.Stderr, res.Denials)
+	}
+	s.noValue(t, "the output", res.Stdout)
+	seen, _ := s.unbound.requests()
+	if len(seen) == 0 || strings.Contains(strings.Join(seen, "\n"), "cbph_") {
+		t.Errorf("the unbound host got %q", seen)
+	}
+	if got := s.raw.received(); strings.Contains(got, "cbph_") || !strings.HasPrefix(got, "hello\nend\nhello\n") || strings.Count(got, "end") != 1 {
+		t.Errorf("the TCP server got %q", got)
+	}
+	got := map[int]int{}
+	for _, d := range res.Denials {
+		if d.Kind != api.DenialSecret || d.Secret != "GH_TOKEN" || d.Host != "localhost" || d.Reason != api.DenySecretHost {
+			t.Errorf("denial %+v", d)
+		}
+		got[d.Port] += d.Count
+	}
+	if got[s.unbound.Port] != 7 || got[s.raw.Port] != 1 {
+		t.Errorf("denials %+v", res.Denials)
+	}
+	raw, err := os.ReadFile(filepath.Join(s.d.StateDir, "audit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry audit.Entry
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var e audit.Entry
+		if json.Unmarshal([]byte(line), &e) == nil && e.RunID == res.RunID {
+			entry = e
+		}
+	}
+	refused := 0
+	for _, u := range entry.SecretUses {
+		if u.Secret == "GH_TOKEN" && u.Outcome == api.SecretRefused && u.Host == "localhost" {
+			refused += u.Count
+		}
+	}
+	if len(entry.Denials) != 2 || refused != 8 {
+		t.Errorf("audit entry: denials %+v, uses %+v", entry.Denials, entry.SecretUses)
+	}
+	if m := scrapeMetrics(t, s.d.Socket); m[`cellblock_secret_uses_total{outcome="refused",secret="GH_TOKEN"}`] != 8 {
+		t.Errorf("metrics: %v", filterMetrics(m, "cellblock_secret"))
+	}
+
+	// Without secrets, a blind tunnel: the jail sees the host's own
+	// certificate, of a CA it does not trust.
+	res = runOK(t, s.d, &api.RunRequest{Network: &api.Network{Allow: allow}, Code: fmt.Sprintf(`
+import ssl, urllib.error, urllib.request
+try:
+    urllib.request.urlopen("https://localhost:%d/echo", timeout=30)
+    print("trusted")
+except urllib.error.URLError as e:
+    print("untrusted" if isinstance(e.reason, ssl.SSLCertVerificationError) else repr(e))
+`, s.unbound.Port)})
+	if strings.TrimSpace(res.Stdout) != "untrusted" {
+		t.Errorf("a run without secrets: %q %s", res.Stdout, res.Stderr)
 	}
 	s.noValue(t, "the daemon's log", s.d.Log())
 }

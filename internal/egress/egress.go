@@ -266,10 +266,18 @@ func (e *Egress) secretsFor(uid uint32, names []string) ([]*runSecret, error) {
 		field := fmt.Sprintf("secrets[%d]", i)
 		d, ok := e.cfg.Secrets.Decl(name)
 		if !ok {
-			if e.cfg.Secrets.Len() == 0 {
+			// The names the caller may use: which secrets exist is for
+			// root to see (info).
+			names := e.secretNames(uid)
+			switch {
+			case e.cfg.Secrets.Len() == 0:
 				return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares none (cellblockd --secret)", name)
+			case uid == 0:
+				return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares %s", name, strings.Join(names, ", "))
+			case len(names) == 0:
+				return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares none you may use", name)
 			}
-			return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: this cellblockd declares %s", name, strings.Join(e.secretNames(), ", "))
+			return nil, api.Errorf(api.ErrBadRequest, field, "no secret %.80q: those you may use are %s", name, strings.Join(names, ", "))
 		}
 		if !d.Granted(uid) {
 			return nil, api.Errorf(api.ErrForbidden, field, "uid %d may not use secret %s (cellblockd --secret-allow-uid %s=UID grants it)", uid, name, name)
@@ -279,10 +287,13 @@ func (e *Egress) secretsFor(uid uint32, names []string) ([]*runSecret, error) {
 	return out, nil
 }
 
-func (e *Egress) secretNames() []string {
+// secretNames are the names of the secrets uid may ask for.
+func (e *Egress) secretNames(uid uint32) []string {
 	var names []string
 	for _, si := range e.cfg.Secrets.Info() {
-		names = append(names, si.Name)
+		if d, _ := e.cfg.Secrets.Decl(si.Name); d.Granted(uid) {
+			names = append(names, si.Name)
+		}
 	}
 	return names
 }

@@ -10,9 +10,18 @@ import (
 // response body, a header value) and replaces each by another, or stops
 // the stream at one. It holds back the stream's last bytes while they
 // might begin a string it looks for, so that nothing it looks for ever
-// passes, whole or in part, however the stream is cut into reads; and it
-// holds back nothing more, so that a stream of events (server-sent events,
-// a chunked answer) passes as it comes.
+// passes, whole or in part, however the stream is cut into reads.
+//
+// What it holds back must not tell what it looks for when that is secret
+// (a value, in a response): a program that makes a host echo a guess
+// would see the guess held back exactly when it begins the value, and
+// learn the value a character at a time. A secret filter (newSecretFilter)
+// holds back whatever follows the stream's last control character (a
+// line break), up to one byte less than its longest find, whatever those
+// bytes are: no find holds a control character, so none can begin before
+// it. Lines, and the events of a stream (server-sent events, JSON lines),
+// pass as they come. A filter of placeholders, which the program knows,
+// holds back only what begins one.
 type filter struct {
 	rules []rule
 	// longest is the length of the longest find.
@@ -22,6 +31,11 @@ type filter struct {
 	// matched, if set, is told of every match before its replacement is
 	// written; an error stops the stream there.
 	matched func(*rule) error
+	// secret says what the filter looks for is secret: what it holds
+	// back depends on the stream alone (above). lineSafe says no find
+	// holds a control character; without it a secret filter holds back
+	// the longest find's length less one byte, always.
+	secret, lineSafe bool
 }
 
 // rule is one string a filter looks for.
@@ -32,7 +46,7 @@ type rule struct {
 }
 
 func newFilter(rules []rule, matched func(*rule) error) *filter {
-	f := &filter{matched: matched}
+	f := &filter{matched: matched, lineSafe: true}
 	seen := map[string]bool{}
 	for _, r := range rules {
 		if len(r.find) == 0 || seen[string(r.find)] {
@@ -41,9 +55,24 @@ func newFilter(rules []rule, matched func(*rule) error) *filter {
 		seen[string(r.find)] = true
 		f.rules = append(f.rules, r)
 		f.longest = max(f.longest, len(r.find))
+		if bytes.IndexFunc(r.find, isControl) >= 0 {
+			f.lineSafe = false
+		}
 	}
 	return f
 }
+
+// newSecretFilter is a filter of secret strings: what it holds back
+// tells nothing of them (see filter).
+func newSecretFilter(rules []rule, matched func(*rule) error) *filter {
+	f := newFilter(rules, matched)
+	f.secret = true
+	return f
+}
+
+// isControl reports whether r is a control character, which no value
+// holds (secrets.ReadValue), nor any form of one.
+func isControl(r rune) bool { return r < ' ' || r == 0x7f }
 
 // feed filters src, the stream's next bytes, appending what may pass to
 // dst. final says the stream ends with src: nothing is held back. An
@@ -103,8 +132,23 @@ func (f *filter) feed(dst, src []byte, final bool) ([]byte, error) {
 
 // partial is the first position at or after i from which the rest of buf
 // is the beginning of some rule's find (and shorter than it), or len(buf).
+// For a secret filter, it is the position after buf's last control
+// character, or the longest find's length less one from the end,
+// whichever is later (and not before i): a position that depends on the
+// stream, and on no find's bytes.
 func (f *filter) partial(buf []byte, i int) int {
-	for s := max(i, len(buf)-f.longest+1); s < len(buf); s++ {
+	lo := max(i, len(buf)-f.longest+1)
+	if f.secret {
+		if f.lineSafe {
+			for s := len(buf); s > lo; s-- {
+				if isControl(rune(buf[s-1])) {
+					return s
+				}
+			}
+		}
+		return lo
+	}
+	for s := lo; s < len(buf); s++ {
 		tail := buf[s:]
 		for k := range f.rules {
 			find := f.rules[k].find
@@ -155,7 +199,10 @@ func newFilterReader(src io.ReadCloser, f *filter) *filterReader {
 func (r *filterReader) Read(p []byte) (int, error) {
 	for len(r.out) == 0 && r.err == nil {
 		n, err := r.src.Read(r.buf)
-		r.out, r.err = r.f.feed(r.out[:0], r.buf[:n], err != nil)
+		// Only a stream that ends gives up what the filter holds back:
+		// one that breaks off keeps it (it may be the start of a
+		// string the filter looks for).
+		r.out, r.err = r.f.feed(r.out[:0], r.buf[:n], err == io.EOF)
 		if r.err == nil {
 			r.err = err
 		}

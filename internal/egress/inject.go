@@ -166,30 +166,40 @@ func (p *Proxy) responseRules(extra []rule) []rule {
 // secureTransport sends the requests of intercepted connections: over TLS
 // of the proxy's own, verified against the upstream roots, HTTP/2 when the
 // host offers it; through the same checks, caps and counts as a tunnel.
-func (p *Proxy) secureTransport() *http.Transport {
+// spare, if set, gives a connection to the host already made, or nil.
+func (p *Proxy) secureTransport(spare func() net.Conn) *http.Transport {
 	return &http.Transport{
-		Proxy:                  nil, // never the daemon's own proxy settings
-		DialTLSContext:         p.dialTLS,
+		Proxy: nil, // never the daemon's own proxy settings
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return p.dialTLS(ctx, addr, spare)
+		},
 		ForceAttemptHTTP2:      true,
 		MaxIdleConnsPerHost:    4,
 		MaxConnsPerHost:        p.e.cfg.MaxConnections,
 		IdleConnTimeout:        idleTimeout,
 		MaxResponseHeaderBytes: 1 << 20,
-		// It asks for gzip and decodes it; see serveSecure for the rest.
-		DisableCompression: false,
+		// serveSecure asks for no compression, and decodes what comes
+		// compressed anyway.
+		DisableCompression: true,
 	}
 }
 
-// dialTLS connects to addr as connect does and speaks TLS with it,
-// verifying it is the host the program named.
-func (p *Proxy) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialTLS connects to addr as connect does (or takes the connection
+// spare gives) and speaks TLS with it, verifying it is the host the
+// program named.
+func (p *Proxy) dialTLS(ctx context.Context, addr string, spare func() net.Conn) (net.Conn, error) {
 	t, err := parseTarget(addr, 443)
 	if err != nil {
 		return nil, err
 	}
-	c, err := p.connect(ctx, t)
-	if err != nil {
-		return nil, err
+	var c net.Conn
+	if spare != nil {
+		c = spare()
+	}
+	if c == nil {
+		if c, err = p.connect(ctx, t); err != nil {
+			return nil, err
+		}
 	}
 	name := t.host
 	if t.addr.IsValid() {
@@ -252,34 +262,57 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		p.fail(w, http.StatusInternalServerError, "cannot make a certificate for "+t.shown)
 		return
 	}
+	client, br, ok := p.takeOver(w)
+	if !ok {
+		return
+	}
+	defer p.letGo(client)
+	p.serveTLS(r.Context(), client, br, t, bound, cert, p.secure)
+}
+
+// takeOver takes the connection of a CONNECT from the server, answers it
+// 200, and keeps it among the connections Close ends, whatever they are
+// doing (a TLS handshake, requests, a wait). letGo closes it and forgets
+// it.
+func (p *Proxy) takeOver(w http.ResponseWriter) (net.Conn, *bufio.Reader, bool) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		p.fail(w, http.StatusInternalServerError, "cannot tunnel on this connection")
-		return
+		return nil, nil, false
 	}
 	client, brw, err := hj.Hijack()
 	if err != nil {
-		return
+		return nil, nil, false
 	}
-	defer client.Close()
-	// Close ends it, whatever it is doing: the handshake, or requests.
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return
+		client.Close()
+		return nil, nil, false
 	}
 	p.intercepted[client] = struct{}{}
 	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.intercepted, client)
-		p.mu.Unlock()
-	}()
 	_ = client.SetDeadline(time.Time{})
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
+		p.letGo(client)
+		return nil, nil, false
 	}
-	tc := tls.Server(&bufferedConn{Conn: client, r: brw.Reader}, &tls.Config{
+	return client, brw.Reader, true
+}
+
+func (p *Proxy) letGo(client net.Conn) {
+	client.Close()
+	p.mu.Lock()
+	delete(p.intercepted, client)
+	p.mu.Unlock()
+}
+
+// serveTLS ends the program's TLS on client (read through br), with cert
+// (for t), offering HTTP/1.1 alone, and serves each request it sends with
+// serveSecure, which puts in the values of bound (none for a host bound to
+// no secret, whose requests are only checked) and sends it with rt.
+func (p *Proxy) serveTLS(ctx context.Context, client net.Conn, br *bufio.Reader, t target, bound []*runSecret, cert *tls.Certificate, rt http.RoundTripper) {
+	tc := tls.Server(&bufferedConn{Conn: client, r: br}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// HTTP/1.1 only: each request is read whole here.
 		NextProtos: []string{"http/1.1"},
@@ -291,7 +324,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 		},
 	})
 	_ = tc.SetDeadline(time.Now().Add(headerTimeout))
-	if err := tc.HandshakeContext(r.Context()); err != nil {
+	if err := tc.HandshakeContext(ctx); err != nil {
 		p.log.Debug("TLS with the program failed", "host", t.shown, "err", err)
 		return
 	}
@@ -301,7 +334,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 	ln := &oneConnListener{done: make(chan struct{})}
 	ln.conn = &closeNotifyConn{Conn: tc, onClose: func() { ln.Close() }}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveSecure(w, r, t, bound) }),
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveSecure(w, r, t, bound, rt) }),
 		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -311,16 +344,16 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request, t target, boun
 	_ = srv.Serve(ln)
 }
 
-// serveSecure carries out one request of an intercepted connection to t:
-// see secret.go.
-func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bound []*runSecret) {
+// serveSecure carries out one request of an intercepted connection to t,
+// sending it on with rt: see secret.go.
+func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bound []*runSecret, rt http.RoundTripper) {
 	if !p.enter() {
 		return
 	}
 	defer p.work.Done()
 	path := usePath(r.URL)
 	what := r.Method + " https://" + t.shown + path
-	texts := append(headerTexts(r.Header), r.RequestURI, r.Host)
+	texts := requestTexts(r)
 	// One host per connection: the CONNECT's.
 	if !t.names(r.Host) || r.URL.Host != "" && !t.names(r.URL.Host) || r.URL.Scheme != "" && r.URL.Scheme != "https" {
 		if found := foundIn(p.pol.secrets, texts...); len(found) > 0 {
@@ -338,7 +371,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		return
 	}
 	if r.Header.Get("Upgrade") != "" {
-		p.fail(w, http.StatusNotImplemented, "cellblock does not carry protocol upgrades (WebSocket) to a host it puts secrets in")
+		p.fail(w, http.StatusNotImplemented, "cellblock does not carry protocol upgrades (WebSocket) in a run with secrets: it reads every request of such a run, and could not read their frames")
 		return
 	}
 	if d := p.foreignPlaceholder(t, bound, texts...); d != nil {
@@ -361,8 +394,20 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	used = append(used, inQuery...)
 	out.URL = &url.URL{Scheme: "https", Host: t.shown, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: query}
 	removeHop(out.Header)
-	out.Header.Del("Accept-Encoding") // the transport asks for gzip, and decodes it
-	out.Header.Del("Expect")          // the server here answered it
+	// No compression: an answer that carries a value beside what the
+	// program chose (an echo) would be shorter the more of the value the
+	// program's guess repeats (BREACH), which the run's byte cap, counted
+	// on the bytes the host sends, lets the program read. An answer
+	// compressed anyway is decoded (decoded) and filtered.
+	out.Header.Set("Accept-Encoding", "identity")
+	out.Header.Del("Expect") // the server here answered it
+	if len(bound) > 0 {
+		// The whole answer, which the filter reads whole: a range of a
+		// resource that holds a value (stored by the host from a header
+		// or a query) gives it in pieces, each too short to be known.
+		out.Header.Del("Range")
+		out.Header.Del("If-Range")
+	}
 	var extra []rule
 	for name, vs := range out.Header {
 		for i, v := range vs {
@@ -385,7 +430,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 		}))
 	}
 
-	resp, err := p.secure.RoundTrip(out)
+	resp, err := rt.RoundTrip(out)
 	if err != nil {
 		if s := inBody.Load(); s != nil {
 			d := hostDenial(t, s)
@@ -402,7 +447,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 			return
 		}
 		// Filtered: an error may quote what went out, or what came back.
-		msg, _ := newFilter(p.responseRules(extra), nil).string(err.Error())
+		msg, _ := newSecretFilter(p.responseRules(extra), nil).string(err.Error())
 		p.log.Debug("an intercepted request failed", "host", t.shown, "err", msg)
 		p.fail(w, http.StatusBadGateway, what+": "+msg)
 		return
@@ -424,7 +469,7 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	// The response as it comes back: every form of every value of the
 	// run's secrets replaced, in its headers and its body.
 	var redacted sync.Map
-	f := newFilter(p.responseRules(extra), func(ru *rule) error {
+	f := newSecretFilter(p.responseRules(extra), func(ru *rule) error {
 		if _, seen := redacted.LoadOrStore(ru.secret, true); !seen {
 			p.e.cfg.OnSecret(ru.secret.name, api.SecretRedacted)
 			p.log.Debug("secret taken out of a response", "secret", ru.secret.name, "host", t.shown, "method", r.Method, "path", path)
@@ -449,7 +494,11 @@ func (p *Proxy) serveSecure(w http.ResponseWriter, r *http.Request, t target, bo
 	var pending []byte
 	for {
 		n, rerr := body.Read(buf)
-		pending, _ = f.feed(pending[:0], buf[:n], rerr != nil)
+		// What the filter holds back goes to the program only when the
+		// answer ends: an answer cut short (by the host, or by the run's
+		// byte cap, which the program can make fall where it likes) may
+		// be cut inside a value, whose start the filter holds.
+		pending, _ = f.feed(pending[:0], buf[:n], rerr == io.EOF)
 		if len(pending) > 0 {
 			if _, err := w.Write(pending); err != nil {
 				return
@@ -496,25 +545,34 @@ func uniq(list []*runSecret) []*runSecret {
 	return out
 }
 
-// decoded is resp's body as the filter must read it: a body the transport
-// did not decode itself (gzip it asked for) is decoded here when it is
-// gzip or deflate, and any other encoding is refused: the filter cannot
-// read it.
+// decoded is resp's body as the filter must read it: a body in gzip or
+// deflate (which the proxy does not ask for) is decoded here, and any
+// other encoding, or more than one, is refused: the filter cannot read
+// it. Every Content-Encoding line counts, not the first alone.
 // expanded says the body is decompressed (by the transport or here).
 func decoded(resp *http.Response) (body io.Reader, expanded bool, err error) {
-	ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
 	if resp.StatusCode < 200 {
 		return nil, false, fmt.Errorf("the host answered %d, which cellblock does not pass on from a host it puts secrets in", resp.StatusCode)
 	}
-	switch ce {
-	case "", "identity":
-		resp.Header.Del("Content-Encoding")
+	var codings []string
+	for _, line := range resp.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(line, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				codings = append(codings, c)
+			}
+		}
+	}
+	resp.Header.Del("Content-Encoding")
+	switch {
+	case len(codings) == 0:
 		return resp.Body, resp.Uncompressed, nil
+	case len(codings) > 1:
+		return nil, false, errors.New("the response has more than one Content-Encoding, which cellblock does not undo to take secrets out of it")
+	}
+	switch codings[0] {
 	case "gzip", "x-gzip":
-		resp.Header.Del("Content-Encoding")
 		return &lazyReader{open: func() (io.Reader, error) { return gzip.NewReader(resp.Body) }}, true, nil
 	case "deflate":
-		resp.Header.Del("Content-Encoding")
 		return &lazyReader{open: func() (io.Reader, error) { return zlib.NewReader(resp.Body) }}, true, nil
 	}
 	// The encoding's name is not quoted: it is the host's text, which

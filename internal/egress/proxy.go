@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -86,7 +85,7 @@ func (e *Egress) newProxy(id string, pol policy) *Proxy {
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
 	}
 	if len(pol.secrets) > 0 {
-		p.secure = p.secureTransport()
+		p.secure = p.secureTransport(nil)
 	}
 	return p
 }
@@ -648,15 +647,20 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The CONNECT itself may carry a placeholder only of a secret bound
-	// to its host; the hosts of the run's secrets are intercepted.
+	// to its host; the hosts of the run's secrets are intercepted, and
+	// every other CONNECT of a run with secrets inspected (inspect.go).
 	bound := p.boundSecrets(t)
 	if d := p.foreignPlaceholder(t, bound, append(headerTexts(r.Header), r.Host)...); d != nil {
 		d.method = http.MethodConnect
 		p.refuse(w, "CONNECT "+t.shown, d)
 		return
 	}
-	if len(bound) > 0 {
+	switch {
+	case len(bound) > 0:
 		p.intercept(w, r, t, bound)
+		return
+	case len(p.pol.secrets) > 0:
+		p.inspect(w, r, t)
 		return
 	}
 	up, err := p.connect(r.Context(), t)
@@ -679,12 +683,13 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	splice(client, brw.Reader, up)
+	splice(client, brw.Reader, up, up)
 }
 
-// splice copies both ways until each side has finished sending, half-
-// closing as each ends; an error on either side ends both.
-func splice(client net.Conn, fromClient *bufio.Reader, up net.Conn) {
+// splice copies both ways, what fromClient reads (the client's bytes) to
+// up and what fromUp reads (up's) to client, until each side has finished
+// sending, half-closing as each ends; an error on either side ends both.
+func splice(client net.Conn, fromClient io.Reader, up net.Conn, fromUp io.Reader) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -696,7 +701,7 @@ func splice(client net.Conn, fromClient *bufio.Reader, up net.Conn) {
 		}
 		closeWrite(up)
 	}()
-	_, err := io.Copy(client, up)
+	_, err := io.Copy(client, fromUp)
 	if err != nil {
 		up.Close()
 		client.Close()
@@ -730,7 +735,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	what := r.Method + " " + t.shown
 	// No placeholder goes over plain HTTP, to any host: not in the
 	// request's line or headers, nor (found as it streams) in its body.
-	if found := foundIn(p.pol.secrets, append(headerTexts(r.Header), r.RequestURI, r.Host)...); len(found) > 0 {
+	if found := foundIn(p.pol.secrets, requestTexts(r)...); len(found) > 0 {
 		d := plainDenial(t, found[0])
 		d.method, d.path = r.Method, usePath(r.URL)
 		p.refuse(w, what, d)

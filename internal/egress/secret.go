@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
@@ -33,16 +34,21 @@ import (
 //     host (in its headers, URL or body) is refused;
 //   - the response comes back with every form the proxy knows of the
 //     value (valueForms) replaced, in its headers and its body, which the
-//     proxy decodes first (it asks for gzip or nothing, and refuses any
-//     other encoding);
+//     proxy decodes first (it asks for no compression, decodes gzip and
+//     deflate, and refuses any other encoding); the request goes without
+//     Range, so that the filter reads the whole answer; what the filter
+//     holds back of a streamed answer depends on the stream alone
+//     (filter);
 //   - the request must be for the host the CONNECT named (Host header,
 //     absolute URL, TLS server name), so one connection cannot carry a
 //     value to another host behind the same address; protocol upgrades
 //     (WebSocket) are refused, as their frames would pass unread.
 //
-// Every other CONNECT is today's blind tunnel, untouched: the proxy cannot
-// see inside it, and nothing of a value can be in it. A placeholder in a
-// plain HTTP request, to any host, is refused: values go only over TLS.
+// Every other CONNECT of a run with secrets is inspected (inspect.go):
+// its requests are checked for the run's placeholders as above, with
+// nothing put in. A run without secrets keeps blind tunnels. A
+// placeholder in a plain HTTP request, to any host, is refused: values go
+// only over TLS.
 
 // placeholderPrefix begins every placeholder.
 const placeholderPrefix = "cbph_"
@@ -83,7 +89,9 @@ func (s *runSecret) boundTo(t target) bool {
 
 // valueForms are the forms in which value may come back in a response,
 // each with what the program gets in its place: the value itself, URL-
-// and JSON-escaped, in hex, and in base64 (standard and URL alphabets).
+// escaped (hex digits in either case), JSON-escaped (with "/" as "\/"
+// or not), HTML-escaped, in hex, and in base64 (standard and URL
+// alphabets).
 // Base64 of the value alone becomes base64 of the placeholder; where the
 // value sits at another offset of a base64 text, the characters that
 // carry its bits alone become 'A's.
@@ -93,10 +101,16 @@ func valueForms(value, placeholder string, s *runSecret) []rule {
 		rules = append(rules, rule{find: []byte(find), repl: []byte(repl), secret: s})
 	}
 	add(value, placeholder)
-	add(url.QueryEscape(value), placeholder)
-	add(url.PathEscape(value), placeholder)
-	add(jsonEscape(value, true), placeholder)
-	add(jsonEscape(value, false), placeholder)
+	for _, esc := range []string{url.QueryEscape(value), url.PathEscape(value)} {
+		add(esc, placeholder)
+		add(lowerPercent(esc), placeholder) // %2f, as some encoders write it
+	}
+	for _, esc := range []string{jsonEscape(value, true), jsonEscape(value, false)} {
+		add(esc, placeholder)
+		add(strings.ReplaceAll(esc, "/", `\/`), placeholder) // PHP's json_encode
+	}
+	add(html.EscapeString(value), placeholder)
+	add(htmlAttrEscaper.Replace(value), placeholder)
 	add(hex.EncodeToString([]byte(value)), hex.EncodeToString([]byte(placeholder)))
 	add(strings.ToUpper(hex.EncodeToString([]byte(value))), strings.ToUpper(hex.EncodeToString([]byte(placeholder))))
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
@@ -107,6 +121,30 @@ func valueForms(value, placeholder string, s *runSecret) []rule {
 		}
 	}
 	return rules
+}
+
+// htmlAttrEscaper escapes text as the encoders of HTML attributes do
+// (OWASP's rule, with "/" too), besides html.EscapeString's way.
+var htmlAttrEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2F;")
+
+// lowerPercent is s with the hex digits of its percent-escapes in lower
+// case.
+func lowerPercent(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1], b[i+2] = lowerHex(b[i+1]), lowerHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func lowerHex(c byte) byte {
+	if c >= 'A' && c <= 'F' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // jsonEscape is s as a JSON string has it, without the quotes.
@@ -188,6 +226,17 @@ func headerTexts(h http.Header) []string {
 		}
 	}
 	return out
+}
+
+// requestTexts are what a request's line and headers say, for looking
+// for placeholders: the headers (headerTexts), the target as sent and
+// its path and query decoded, as the server reads them, and the Host.
+func requestTexts(r *http.Request) []string {
+	texts := append(headerTexts(r.Header), r.RequestURI, r.URL.Path, r.Host)
+	if q, err := url.QueryUnescape(r.URL.RawQuery); err == nil {
+		texts = append(texts, q)
+	}
+	return texts
 }
 
 // placeholderRules are rules that find the placeholders of list, for

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"math/big"
 	"net"
@@ -23,9 +24,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
@@ -597,8 +600,17 @@ func TestSecretAsking(t *testing.T) {
 	e := f.p.e
 	var aerr *api.Error
 	_, err := e.ForRun("r2", 1000, nil, []string{"TOKEN", "NOPE"})
-	if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || aerr.Field != "secrets[1]" || !strings.Contains(aerr.Message, "OTHER, TOKEN") {
+	if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || aerr.Field != "secrets[1]" || !strings.Contains(aerr.Message, "TOKEN") {
 		t.Errorf("unknown: %v", err)
+	}
+	// The names listed are those the caller may use: which secrets
+	// exist is for root (info), as which it may use is for each uid.
+	for uid, want := range map[uint32]string{0: "declares OTHER, TOKEN", 1000: "TOKEN", 1001: "none you may use"} {
+		_, err := e.ForRun("r2", uid, nil, []string{"NOPE"})
+		if !errors.As(err, &aerr) || aerr.Type != api.ErrBadRequest || !strings.Contains(aerr.Message, want) ||
+			uid != 0 && strings.Contains(aerr.Message, "OTHER") || uid == 1001 && strings.Contains(aerr.Message, "TOKEN") {
+			t.Errorf("uid %d, unknown: %v", uid, err)
+		}
 	}
 	_, err = e.ForRun("r2", 1001, nil, []string{"TOKEN"})
 	if !errors.As(err, &aerr) || aerr.Type != api.ErrForbidden || aerr.Field != "secrets[0]" || !strings.Contains(aerr.Message, "TOKEN") {
@@ -635,14 +647,16 @@ func TestFilter(t *testing.T) {
 	in := "a secret, secretive, secre, cret, ssecrett, the end secr"
 	want := "a S, V, seC, Ct, sSt, the end secr"
 	for cut := 1; cut <= len(in); cut++ {
-		f := newFilter(rules, nil)
-		var out []byte
-		for i := 0; i < len(in); i += cut {
-			j := min(i+cut, len(in))
-			out, _ = f.feed(out, []byte(in[i:j]), j == len(in))
-		}
-		if string(out) != want {
-			t.Errorf("cut %d: %q, want %q", cut, out, want)
+		for _, mk := range []func([]rule, func(*rule) error) *filter{newFilter, newSecretFilter} {
+			f := mk(rules, nil)
+			var out []byte
+			for i := 0; i < len(in); i += cut {
+				j := min(i+cut, len(in))
+				out, _ = f.feed(out, []byte(in[i:j]), j == len(in))
+			}
+			if string(out) != want {
+				t.Errorf("cut %d, secret %v: %q, want %q", cut, f.secret, out, want)
+			}
 		}
 	}
 	f := newFilter(rules, nil)
@@ -766,17 +780,28 @@ func TestSecretDecompressionCounts(t *testing.T) {
 	}
 }
 
-// The jail is offered HTTP/1.1 alone; a host bound to no secret is a
-// blind tunnel in a run with secrets too: the program sees the host's own
-// certificate, not one of the CA.
+// The jail is offered HTTP/1.1 alone; in a run with secrets a host bound
+// to none of them is intercepted too (the program sees a certificate of
+// the CA), while a run without secrets keeps a blind tunnel to it: the
+// program sees the host's own certificate and speaks HTTP/2 with it.
 func TestSecretALPNAndBlindTunnels(t *testing.T) {
 	cert, roots := upstreamCA(t)
 	up := newRecorder(t, cert, true)
-	blind := newRecorder(t, cert, true)
-	host, blindHost := "localhost:"+up.port, "localhost:"+blind.port
-	f := newSecretFixture(t, roots, []string{blindHost}, []string{host}, []string{"localhost:1"})
-	connect := func(target string, protos []string) (*tls.Conn, error) {
-		c, err := net.Dial("tcp", f.p.listeners[0].Addr().String())
+	unbound := newRecorder(t, cert, true)
+	host, unboundHost := "localhost:"+up.port, "localhost:"+unbound.port
+	f := newSecretFixture(t, roots, []string{unboundHost}, []string{host}, []string{"localhost:1"})
+	noSecrets, err := f.p.e.ForRun("r3", 0, &api.Network{Allow: []string{unboundHost}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSecrets.Serve(ln)
+	t.Cleanup(func() { noSecrets.Close() })
+	connect := func(p *Proxy, target string, protos []string) (*tls.Conn, error) {
+		c, err := net.Dial("tcp", p.listeners[0].Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -789,17 +814,19 @@ func TestSecretALPNAndBlindTunnels(t *testing.T) {
 		tc := tls.Client(&bufferedConn{Conn: c, r: br}, &tls.Config{ServerName: "localhost", RootCAs: f.caPool, InsecureSkipVerify: true, NextProtos: protos})
 		return tc, tc.Handshake()
 	}
-	tc, err := connect(host, []string{"h2", "http/1.1"})
-	if err != nil || tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
-		t.Errorf("ALPN h2, http/1.1: %v %q", err, tc.ConnectionState().NegotiatedProtocol)
+	for _, target := range []string{host, unboundHost} {
+		tc, err := connect(f.p, target, []string{"h2", "http/1.1"})
+		if err != nil || tc.ConnectionState().NegotiatedProtocol != "http/1.1" {
+			t.Errorf("%s: ALPN h2, http/1.1: %v %q", target, err, tc.ConnectionState().NegotiatedProtocol)
+		}
+		if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "cellblock egress CA") {
+			t.Errorf("%s is presented by %q", target, issuer)
+		}
+		if _, err := connect(f.p, target, []string{"h2"}); err == nil {
+			t.Errorf("%s: a client that speaks h2 alone got a connection", target)
+		}
 	}
-	if issuer := tc.ConnectionState().PeerCertificates[0].Issuer.CommonName; !strings.HasPrefix(issuer, "cellblock egress CA") {
-		t.Errorf("the secret's host is presented by %q", issuer)
-	}
-	if _, err := connect(host, []string{"h2"}); err == nil {
-		t.Error("a client that speaks h2 alone got a connection")
-	}
-	tc, err = connect(blindHost, []string{"h2", "http/1.1"})
+	tc, err := connect(noSecrets, unboundHost, []string{"h2", "http/1.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -835,5 +862,208 @@ func TestSecretCloseEndsInterception(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Close waits for the handshake")
+	}
+}
+
+// A response cut short (the host's connection ends, or the run's byte cap
+// stops it) in the middle of a value gives the program nothing of what
+// the filter held back: all but the value's last byte would otherwise
+// reach it, and the byte cap lets a program choose where the cut falls.
+func TestSecretCutResponseKeepsWhatWasHeld(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	for _, h2 := range []bool{false, true} {
+		up := newRecorder(t, cert, h2)
+		host := "localhost:" + up.port
+		f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+		up.answer = func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "start\n"+testValue[:len(testValue)-1])
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // cut, not ended
+		}
+		_, body, _ := f.do(t, "GET", "https://"+host+"/", nil, nil)
+		if strings.Contains(body, testValue[:8]) {
+			t.Errorf("h2 %v: the program got the start of the value from a cut response: %q", h2, body)
+		}
+	}
+}
+
+// A request body that breaks off (the program's connection ends) after
+// the start of a placeholder gives the host nothing of that start.
+func TestFilterReaderKeepsWhatWasHeldOnError(t *testing.T) {
+	ph := "cbph_" + strings.Repeat("Q", 40)
+	src := io.MultiReader(strings.NewReader("hello "+ph[:20]), iotest.ErrReader(io.ErrUnexpectedEOF))
+	r := newFilterReader(io.NopCloser(src), newFilter([]rule{{find: []byte(ph)}}, func(*rule) error { return errPlaceholder }))
+	got, err := io.ReadAll(r)
+	if err == nil || strings.Contains(string(got), ph[:5]) {
+		t.Errorf("read %q, %v: the start of the placeholder passed", got, err)
+	}
+}
+
+// What the filter of a response holds back does not depend on the value:
+// otherwise a program that makes the host echo a guess (a streaming API
+// that repeats what it is sent) sees the guess held back exactly when it
+// begins the value, and learns the value a character at a time. Here the
+// host echoes a guess and waits: the program has the same then, whether
+// the guess begins the value or not. A line, or an event of a stream,
+// passes at once.
+func TestSecretFilterHoldsBackAlikeForAnyGuess(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	release := make(chan struct{})
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "event: x\n"+r.URL.Query().Get("echo"))
+		http.NewResponseController(w).Flush()
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		io.WriteString(w, "\n")
+	}
+	// firstSeen is what the program has when the event's line arrives.
+	firstSeen := func(guess string) string {
+		t.Helper()
+		res, err := f.client.Get("https://" + host + "/?echo=" + url.QueryEscape(guess))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var got []byte
+		buf := make([]byte, 4096)
+		for !bytes.Contains(got, []byte("event: x\n")) {
+			n, err := res.Body.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				t.Fatalf("%q: %v", got, err)
+			}
+		}
+		release <- struct{}{}
+		io.Copy(io.Discard, res.Body)
+		return string(got)
+	}
+	other := strings.Map(func(r rune) rune { return 'z' - (r % 7) }, testValue)
+	for _, k := range []int{4, 12, len(testValue) - 1} {
+		a, b := firstSeen("data: "+testValue[:k]), firstSeen("data: "+other[:k])
+		if a != b {
+			t.Errorf("a guess of %d bytes: the program has %q when it is the value's start, %q when not", k, a, b)
+		}
+	}
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "event: x\ndata: {}\n\n")
+		http.NewResponseController(w).Flush()
+		<-release
+	}
+	if got := firstSeen(""); got != "event: x\ndata: {}\n\n" {
+		t.Errorf("an event was held back: %q", got)
+	}
+}
+
+// The proxy asks a secret's host for no compression: a compressed answer
+// that carries a value beside what the program chose (a guess, echoed) is
+// shorter the more of the value the guess repeats (a BREACH oracle, which
+// the run's byte cap, counted on the compressed bytes, lets the program
+// read); an answer compressed anyway is still decoded and filtered.
+func TestSecretAsksForNoCompression(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, true)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q", r.Header.Values("Accept-Encoding"))
+	}
+	for _, ae := range []string{"", "gzip, br", "gzip;q=1, identity;q=0"} {
+		hdr := map[string]string{}
+		if ae != "" {
+			hdr["Accept-Encoding"] = ae
+		}
+		if code, body, _ := f.do(t, "GET", "https://"+host+"/", hdr, nil); code != 200 || body != `["identity"]` {
+			t.Errorf("the program asked %q: the host was asked %s (%d)", ae, body, code)
+		}
+	}
+}
+
+// A response whose Content-Encoding comes in two lines is read by all of
+// them: "identity" then "gzip" is a gzip body, decoded and filtered, not
+// one passed on as it is for the program to decode itself.
+func TestSecretEveryContentEncodingLine(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	for _, lines := range [][]string{{"identity", "gzip"}, {"gzip", "identity"}, {"", "gzip"}} {
+		up.answer = func(w http.ResponseWriter, r *http.Request) {
+			w.Header()["Content-Encoding"] = lines
+			zw := gzip.NewWriter(w)
+			io.WriteString(zw, "token "+testValue)
+			zw.Close()
+		}
+		code, body, _ := f.do(t, "GET", "https://"+host+"/", map[string]string{"Accept-Encoding": "identity"}, nil)
+		got := body
+		if zr, err := gzip.NewReader(strings.NewReader(body)); err == nil {
+			b, _ := io.ReadAll(zr)
+			got = string(b)
+		}
+		if strings.Contains(got, testValue) || code == 200 && got != "token "+f.placeholder {
+			t.Errorf("Content-Encoding %q: %d, the program got %q", lines, code, got)
+		}
+	}
+	// Two codings the proxy cannot undo in order are refused.
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Encoding"] = []string{"gzip", "gzip"}
+		io.WriteString(w, testValue)
+	}
+	if code, body, _ := f.do(t, "GET", "https://"+host+"/", nil, nil); code != 502 || strings.Contains(body, testValue) {
+		t.Errorf("gzip twice: %d %q", code, body)
+	}
+}
+
+// A range of a resource that holds a value (one the host stored from a
+// request's header or query) would give the program the value in pieces,
+// each too short for the filter to know: requests to a secret's host go
+// without Range, and the whole answer is filtered.
+func TestSecretNoRangeOfAValue(t *testing.T) {
+	cert, roots := upstreamCA(t)
+	up := newRecorder(t, cert, false)
+	host := "localhost:" + up.port
+	f := newSecretFixture(t, roots, nil, []string{host}, []string{"localhost:1"})
+	const prefix = "id: 7\ntoken: "
+	up.answer = func(w http.ResponseWriter, r *http.Request) {
+		http.ServeContent(w, r, "stored.txt", time.Unix(1e9, 0), strings.NewReader(prefix+testValue+"\n"))
+	}
+	for _, hdr := range []map[string]string{
+		{"Range": fmt.Sprintf("bytes=%d-%d", len(prefix), len(prefix)+17)},
+		{"Range": fmt.Sprintf("bytes=%d-", len(prefix)+5)},
+		{"Range": "bytes=0-3", "If-Range": `"x"`},
+	} {
+		code, body, _ := f.do(t, "GET", "https://"+host+"/stored.txt", hdr, nil)
+		if code != 200 || body != prefix+f.placeholder+"\n" {
+			t.Errorf("%v: %d %q", hdr, code, body)
+		}
+		if seen, _ := up.last(); seen.Header.Get("Range") != "" || seen.Header.Get("If-Range") != "" {
+			t.Errorf("the host was asked %v", seen.Header)
+		}
+	}
+}
+
+// A value with punctuation (an AWS secret key, a base64 token) comes back
+// in the escapings servers commonly use, each taken out: JSON with "\/"
+// (PHP's json_encode), percent-encoding in lower case, HTML escaping.
+func TestSecretValueFormsOfPunctuation(t *testing.T) {
+	const v = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY=&<x>'\"EXAMPLEKEY"
+	lower := regexp.MustCompile(`%[0-9A-F]{2}`)
+	lowerPct := func(s string) string { return lower.ReplaceAllStringFunc(s, strings.ToLower) }
+	owasp := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&#x27;", "/", "&#x2F;")
+	ph := "cbph_" + strings.Repeat("P", 40)
+	for _, form := range []string{
+		strings.ReplaceAll(jsonEscape(v, false), "/", `\/`),
+		strings.ReplaceAll(jsonEscape(v, true), "/", `\/`),
+		lowerPct(url.QueryEscape(v)), lowerPct(url.PathEscape(v)),
+		html.EscapeString(v), owasp.Replace(v),
+	} {
+		out, _ := newSecretFilter(valueForms(v, ph, nil), nil).string("[" + form + "]")
+		if out != "["+ph+"]" {
+			t.Errorf("%q came back as %q", form, out)
+		}
 	}
 }

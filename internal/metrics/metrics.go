@@ -12,15 +12,22 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
 )
+
+// secretMetricPrefix begins the names of the secrets' series, which only
+// root is served (Handler).
+const secretMetricPrefix = "cellblock_secret_"
 
 // Metrics is the daemon's registry. Observe is safe for concurrent use.
 type Metrics struct {
@@ -84,7 +91,7 @@ func New(version string) *Metrics {
 			Help: "Connections the network proxies of runs, sessions and dependency builds refused, by reason: not_allowed (not in the allowlist), private_address, forbidden_address (cloud metadata and the like), connection_limit, byte_limit.",
 		}, []string{"reason"}),
 		secrets: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cellblock_secret_uses_total",
+			Name: secretMetricPrefix + "uses_total",
 			Help: "Uses of the operator's secrets by runs and sessions, by secret and outcome: injected (a request went to the secret's host with its value), refused (a request carried its placeholder to another host or over plain HTTP), redacted (a response carried its value, and the program got the placeholder instead).",
 		}, []string{"secret", "outcome"}),
 		prestart: prometheus.NewCounter(prometheus.CounterOpts{
@@ -233,7 +240,28 @@ func (m *Metrics) Observe(rec record.Run) {
 	}
 }
 
-// Handler serves the registry in the Prometheus text format.
+// Handler serves the registry in the Prometheus text format: all of it to
+// root, and to other callers all but the secrets' series, whose names are
+// the operator's secrets and whose counts are other users' uses of them,
+// root's to see as info's secrets are. The caller's credentials are the
+// request context's (peercred); a request without them is no root's.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	all := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	others := promhttp.HandlerFor(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		mfs, err := m.reg.Gather()
+		kept := mfs[:0]
+		for _, mf := range mfs {
+			if !strings.HasPrefix(mf.GetName(), secretMetricPrefix) {
+				kept = append(kept, mf)
+			}
+		}
+		return kept, err
+	}), promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p, ok := peercred.FromContext(r.Context()); ok && p.UID == 0 {
+			all.ServeHTTP(w, r)
+			return
+		}
+		others.ServeHTTP(w, r)
+	})
 }

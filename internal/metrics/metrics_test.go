@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/internal/record"
 )
 
@@ -80,5 +81,24 @@ func TestLoadUnset(t *testing.T) {
 	out := scrape(t, New("x"))
 	if !strings.Contains(out, "cellblock_runs_in_flight 0\n") || !strings.Contains(out, "cellblock_queue_length 0\n") {
 		t.Errorf("gauges without a server:\n%s", out)
+	}
+}
+
+// The secrets' series are root's: their names are the operator's secrets
+// and their counts other users' uses of them, which info shows to root
+// alone. Other callers get every other series.
+func TestSecretSeriesForRootOnly(t *testing.T) {
+	m := New("test")
+	m.DeclareSecrets([]string{"PROD_DB_TOKEN"})
+	m.SecretUse("PROD_DB_TOKEN", api.SecretInjected)
+	for uid, want := range map[uint32]bool{0: true, 1000: false} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/metrics", nil)
+		req = req.WithContext(peercred.NewContext(req.Context(), peercred.Peer{UID: uid}))
+		m.Handler().ServeHTTP(rec, req)
+		body := rec.Body.String()
+		if shown := strings.Contains(body, "PROD_DB_TOKEN"); rec.Code != 200 || shown != want || !strings.Contains(body, "cellblock_runs_total") {
+			t.Errorf("uid %d: %d, the secret's series shown %v, want %v", uid, rec.Code, shown, want)
+		}
 	}
 }

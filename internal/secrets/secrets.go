@@ -21,6 +21,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -203,7 +204,9 @@ func (s *Store) Info() []api.SecretInfo {
 // characters (a value goes in HTTP headers). Its errors never quote the
 // content.
 func ReadValue(file string) (string, error) {
-	f, err := os.Open(file)
+	// Non-blocking, so that a FIFO (or a device) in the file's place is
+	// refused below rather than waited on; a regular file reads as ever.
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return "", err // names the file, and nothing it holds
 	}

@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellblock/cellblock/internal/api"
 )
@@ -127,5 +130,32 @@ func TestStore(t *testing.T) {
 	var none *Store
 	if none.Len() != 0 || none.Value("A") != "" || none.Info() != nil {
 		t.Error("a nil store has something")
+	}
+}
+
+// A file that is no regular file is refused without waiting on it: a
+// FIFO in a secret's place would otherwise hold the daemon's start, or
+// every reload after the first, until someone writes to it.
+func TestReadValueOfAFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "token")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ReadValue(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a FIFO: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		// Unblock the open, so that the test ends.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("ReadValue waits on a FIFO")
 	}
 }
