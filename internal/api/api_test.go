@@ -121,18 +121,3 @@ func TestValidateModeAndInputs(t *testing.T) {
 		t.Errorf("too many inputs: %v", err)
 	}
 }
-
-func TestJSONDepth(t *testing.T) {
-	for raw, want := range map[string]int{
-		`1`:                          0,
-		`"[[["`:                      0,
-		`[]`:                         1,
-		`{"a": [1, {"b": "]]]"}]}`:   3,
-		`["\"[", ["\\", [[]]]]`:      4,
-		`{"k\\\"{": {"x": "\\\\["}}`: 2,
-	} {
-		if got := JSONDepth([]byte(raw)); got != want {
-			t.Errorf("JSONDepth(%s) = %d, want %d", raw, got, want)
-		}
-	}
-}

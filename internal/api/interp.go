@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Run modes (RunRequest.Mode).
@@ -121,39 +123,11 @@ func (r *RunRequest) validateInterp() *Error {
 		if !json.Valid(v) {
 			return Errorf(ErrBadRequest, field, "is not JSON")
 		}
-		if d := JSONDepth(v); d > MaxInputDepth {
+		if d := wire.JSONDepth(v); d > MaxInputDepth {
 			return Errorf(ErrBadRequest, field, "nests %d deep; the maximum is %d", d, MaxInputDepth)
 		}
 	}
 	return nil
-}
-
-// JSONDepth is how deep valid JSON nests arrays and objects (0 for a
-// scalar). It scans bytes, without decoding: the daemon checks untrusted
-// JSON's nesting with it before anything decodes it.
-func JSONDepth(raw []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, ch := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-		case ch == '[' || ch == '{':
-			d++
-			deepest = max(deepest, d)
-		case ch == ']' || ch == '}':
-			d--
-		}
-	}
-	return deepest
 }
 
 // String is a short form for logs.

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // The tool bridge: a run that declares Tools may call them from its code
@@ -175,7 +177,7 @@ func (r *RunRequest) validateTools() *Error {
 		if s := bytes.TrimSpace(t.InputSchema); s[0] != '{' && !bytes.Equal(s, []byte("true")) {
 			return Errorf(ErrBadRequest, field+".input_schema", "must be a JSON Schema object")
 		}
-		if d := JSONDepth(t.InputSchema); d > MaxToolSchemaDepth {
+		if d := wire.JSONDepth(t.InputSchema); d > MaxToolSchemaDepth {
 			return Errorf(ErrBadRequest, field+".input_schema", "nests %d deep; the maximum is %d", d, MaxToolSchemaDepth)
 		}
 	}

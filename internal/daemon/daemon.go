@@ -182,7 +182,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
 	}
 
-	runnerLib, err := runnerfiles.Install(filepath.Join(cfg.StateDir, "runner"))
+	runnerLib, err := rootfs.InstallFiles(filepath.Join(cfg.StateDir, "runner"), runnerfiles.Files())
 	if err != nil {
 		return err
 	}

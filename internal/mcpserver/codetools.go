@@ -22,6 +22,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/toolschema"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // MCP "code mode": cellblock-mcp --mcp-config FILE connects to the MCP
@@ -330,7 +331,7 @@ func usableSchema(t mcp.Tool) json.RawMessage {
 		}
 		raw = b
 	}
-	if len(raw) > api.MaxToolSchema || !json.Valid(raw) || api.JSONDepth(raw) > api.MaxToolSchemaDepth {
+	if len(raw) > api.MaxToolSchema || !json.Valid(raw) || wire.JSONDepth(raw) > api.MaxToolSchemaDepth {
 		return nil
 	}
 	if _, err := toolschema.Compile(raw); err != nil {

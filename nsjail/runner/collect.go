@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Value is a cell's value: the result's "value".
@@ -526,7 +526,7 @@ func jsonOK(raw []byte, max int) (bool, string) {
 	if !json.Valid(raw) {
 		return false, "not valid JSON"
 	}
-	if api.JSONDepth(raw) > MaxJSONDepth {
+	if wire.JSONDepth(raw) > MaxJSONDepth {
 		return false, fmt.Sprintf("JSON nested deeper than %d", MaxJSONDepth)
 	}
 	return true, ""
