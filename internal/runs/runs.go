@@ -214,21 +214,14 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 	}
 }
 
-// reportsOf copies what the runner reported into res: the contract's
-// value, exception and display, all validated by the runner package.
+// reportsOf puts what the runner reported into res: the contract's value,
+// exception and display, validated by the runner's Collector and of the
+// same types (package wire).
 func reportsOf(r *runner.Result, res *api.Result) {
 	if r == nil {
 		return
 	}
-	if v := r.Value; v != nil {
-		res.Value = &api.Value{Type: v.Type, Repr: v.Repr, JSON: v.JSON}
-	}
-	if x := r.Exception; x != nil {
-		res.Exception = &api.Exception{Type: x.Type, Message: x.Message, Traceback: x.Traceback, Line: x.Line}
-	}
-	for _, it := range r.Display {
-		res.Display = append(res.Display, api.DisplayItem{Data: it.Data, Metadata: it.Metadata})
-	}
+	res.Value, res.Exception, res.Display = r.Value, r.Exception, r.Display
 }
 
 // spec describes the run of req on py under limits l with the dependency

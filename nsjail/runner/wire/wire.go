@@ -1,6 +1,11 @@
 // Package wire holds what the jail's runner and the daemon's socket API
-// both carry unchanged, so that it is written down once: the bound on the
-// nesting of untrusted JSON, checked on both sides.
+// both carry unchanged, so that it is written down once: a cell's Value,
+// an Exception, DisplayItems and their notes, the Tools a run declares,
+// and the measure of untrusted JSON's nesting that both sides check. The
+// runner's protocol (package runner) carries these types in its frames,
+// and the API (package api) in its requests and results under the same
+// JSON names, as aliases: a result's value, exception and display are
+// what the runner's Collector validated, handed on without a copy.
 //
 // It is plain data and pure functions: it must import nothing but the
 // standard library, so that everything from the runner's Go side (package
