@@ -55,50 +55,11 @@ Loading data once in a session, then asking about it in later calls:
 {"code": "df.groupby('region')['amount'].sum()", "session": "sales"}`)
 
 	return mcp.Tool{
-		Name:        ToolRunPython,
-		Title:       "Run Python in the cellblock sandbox",
-		Description: b.String(),
-		RawInputSchema: mustJSON(object(map[string]any{
-			"code": map[string]any{
-				"type": "string",
-				"description": "The complete Python code to run, as a notebook cell in the working directory: the value of a final expression comes back. " +
-					"It may start with a PEP 723 '# /// script' block listing dependencies and requires-python. " +
-					fmt.Sprintf("At most %d bytes.", api.MaxCodeBytes),
-				"minLength": 1,
-			},
-			"dependencies": map[string]any{
-				"type": "array",
-				"description": "Packages the program needs, as PEP 508 requirement strings such as \"requests\" or \"pandas>=2,<3\". " +
-					"Merged with the code's PEP 723 dependencies. " + dependencySourceText(info),
-				"items":    map[string]any{"type": "string", "minLength": 1, "maxLength": 512},
-				"maxItems": api.MaxDeps,
-			},
-			"timeout_seconds": timeoutSchema(info),
-			"python":          pythonSchema(info),
-			"env": map[string]any{
-				"type": "object",
-				"description": "Extra environment variables for the program, name to value. " +
-					"PATH, HOME, PYTHONHOME, PYTHONPATH and LD_* are set by the sandbox and cannot be overridden; " +
-					"PYTHONUNBUFFERED is 1 unless set here. " +
-					fmt.Sprintf("At most %d variables.", api.MaxEnv),
-				"additionalProperties": map[string]any{"type": "string"},
-				"propertyNames":        map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-				"maxProperties":        api.MaxEnv,
-			},
-			"memory_mb": memorySchema(info),
-			"inputs": map[string]any{
-				"type": "object",
-				"description": "Data for the code: each name becomes a global variable holding its JSON value " +
-					"(objects as dicts, arrays as lists, null as None) before the code runs, and cellblock.inputs holds them all. " +
-					"Pass data here rather than pasting it into the code. Names are Python identifiers, not keywords, not starting with __; " +
-					fmt.Sprintf("at most %d names and %s of JSON in all.", api.MaxInputs, fmtBytes(api.MaxInputsBytes)),
-				"propertyNames": map[string]any{"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-				"maxProperties": api.MaxInputs,
-			},
-			"session": sessionSchema(),
-			"files":   filesSchema(info),
-		}, "code")),
-		RawOutputSchema: mustJSON(resultSchema()),
+		Name:            ToolRunPython,
+		Title:           "Run Python in the cellblock sandbox",
+		Description:     b.String(),
+		RawInputSchema:  mustJSON(runPythonInput(info, nil)),
+		RawOutputSchema: mustJSON(resultOutput()),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Run Python in the cellblock sandbox",
 			ReadOnlyHint:    mcp.ToBoolPtr(false),
@@ -122,8 +83,8 @@ Example arguments: {}`
 		Name:            ToolCheckEnvironment,
 		Title:           "Check the cellblock sandbox",
 		Description:     desc,
-		RawInputSchema:  mustJSON(object(map[string]any{})),
-		RawOutputSchema: mustJSON(infoSchema()),
+		RawInputSchema:  mustJSON(checkEnvironmentInput()),
+		RawOutputSchema: mustJSON(infoOutput()),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Check the cellblock sandbox",
 			ReadOnlyHint:    mcp.ToBoolPtr(true),
@@ -144,18 +105,11 @@ Python: ` + pythonsText(info) + `
 Example arguments:
 {"code": "# /// script\n# dependencies = [\"requests\"]\n# ///\nimport requests\nprint(requests.__version__)"}`
 	return mcp.Tool{
-		Name:        ToolValidatePython,
-		Title:       "Validate Python without running it",
-		Description: desc,
-		RawInputSchema: mustJSON(object(map[string]any{
-			"code": map[string]any{
-				"type":        "string",
-				"description": fmt.Sprintf("The Python program to check. At most %d bytes.", api.MaxStdinBytes),
-				"minLength":   1,
-			},
-			"python": pythonSchema(info),
-		}, "code")),
-		RawOutputSchema: mustJSON(validationSchema()),
+		Name:            ToolValidatePython,
+		Title:           "Validate Python without running it",
+		Description:     desc,
+		RawInputSchema:  mustJSON(validatePythonInput(info)),
+		RawOutputSchema: mustJSON(validationOutput()),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Validate Python without running it",
 			ReadOnlyHint:    mcp.ToBoolPtr(true),
@@ -173,18 +127,11 @@ Call it when run_python says a session expired (after %s without a call) or was 
 
 Example arguments: {"session": "analysis"}`, idleText(0), maxSessionsPerConn)
 	return mcp.Tool{
-		Name:        ToolResetSession,
-		Title:       "Reset a named Python session",
-		Description: desc,
-		RawInputSchema: mustJSON(object(map[string]any{
-			"session": map[string]any{
-				"type":        "string",
-				"description": "The session's name, as given to run_python.",
-				"pattern":     sessionNamePattern.String(),
-				"maxLength":   maxSessionName,
-			},
-		}, "session")),
-		RawOutputSchema: mustJSON(resetSchema()),
+		Name:            ToolResetSession,
+		Title:           "Reset a named Python session",
+		Description:     desc,
+		RawInputSchema:  mustJSON(resetSessionInput()),
+		RawOutputSchema: mustJSON(resetOutput()),
 		Annotations: mcp.ToolAnnotation{
 			Title:           "Reset a named Python session",
 			ReadOnlyHint:    mcp.ToBoolPtr(false),

@@ -119,10 +119,7 @@ func TestPythonConstants(t *testing.T) {
 		t.Fatal(err)
 	}
 	all = append(all, "py/_cellblock_runner.py")
-	args := []string{"-c", pyConstantsScript}
-	for _, f := range all {
-		args = append(args, f)
-	}
+	args := append([]string{"-c", pyConstantsScript}, all...)
 	out, err := exec.Command(python, args...).Output()
 	if err != nil {
 		t.Fatalf("read the Python constants: %v", err)
