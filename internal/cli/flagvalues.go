@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -12,8 +11,9 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 )
 
-// The values of cellblock's flags: each parses one flag's text into the
-// options of a command.
+// The values of cellblock's own flags: each parses one flag's text into the
+// options of a command. Sizes, durations, counts, CPU quotas and repeatable
+// flags are package flagvalue's, the grammar cellblockd shares.
 
 // codeValue is -c CODE.
 type codeValue struct{ o *runOptions }
@@ -27,97 +27,6 @@ func (v *codeValue) String() string {
 
 func (v *codeValue) Set(s string) error {
 	v.o.code, v.o.codeSet = s, true
-	return nil
-}
-
-// timeoutValue is --timeout, in milliseconds.
-type timeoutValue struct{ ms *int64 }
-
-func (v timeoutValue) String() string {
-	if v.ms == nil || *v.ms == 0 {
-		return ""
-	}
-	return formatMillis(*v.ms)
-}
-
-func (v timeoutValue) Set(s string) error {
-	ms, err := parseTimeout(s)
-	if err != nil {
-		return err
-	}
-	*v.ms = ms
-	return nil
-}
-
-// sizeValue is a byte count such as --memory 128M.
-type sizeValue struct{ bytes *int64 }
-
-func (v sizeValue) String() string {
-	if v.bytes == nil {
-		return ""
-	}
-	return strconv.FormatInt(*v.bytes, 10)
-}
-
-func (v sizeValue) Set(s string) error {
-	b, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*v.bytes = b
-	return nil
-}
-
-// countValue is a non-negative integer such as --pids 64.
-type countValue struct{ n *int64 }
-
-func (v countValue) String() string {
-	if v.n == nil {
-		return ""
-	}
-	return strconv.FormatInt(*v.n, 10)
-}
-
-func (v countValue) Set(s string) error {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n < 0 {
-		return errors.New("not a whole number such as 64")
-	}
-	*v.n = n
-	return nil
-}
-
-// cpusValue is --cpus, in cores.
-type cpusValue struct{ cpus *float64 }
-
-func (v cpusValue) String() string {
-	if v.cpus == nil {
-		return ""
-	}
-	return formatCPUs(*v.cpus)
-}
-
-func (v cpusValue) Set(s string) error {
-	c, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-		return errors.New("not a number of cores such as 0.5 or 2")
-	}
-	*v.cpus = c
-	return nil
-}
-
-// listValue collects a repeatable flag such as --with.
-type listValue struct{ list *[]string }
-
-func (v listValue) String() string {
-	if v.list == nil {
-		return ""
-	}
-	return strings.Join(*v.list, " ")
-}
-
-func (v listValue) Set(s string) error {
-	*v.list = append(*v.list, s)
 	return nil
 }
 

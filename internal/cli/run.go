@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // runCmd is "cellblock run".
@@ -135,7 +136,7 @@ type runOptions struct {
 func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs := inv.newFlagSet("run")
 	fs.Var(&codeValue{o}, "c", "")
-	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
+	fs.Var(flagvalue.Duration{P: &o.req.TimeoutMs}, "timeout", "")
 	inv.addJailFlags(fs, runJail(&o.req))
 	fs.StringVar(&o.req.Session, "session", "", "")
 	fs.BoolVar(&o.stdin, "i", false, "")
@@ -144,7 +145,7 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.Var(modeValue{&o.req.Mode}, "cell", "")
 	fs.Var(inputValue{&o.req.Inputs}, "input", "")
 	fs.Var(toolValue{&o.tools}, "tool", "")
-	fs.Var(timeoutValue{&o.toolTimeoutMs}, "tool-timeout", "")
+	fs.Var(flagvalue.Duration{P: &o.toolTimeoutMs}, "tool-timeout", "")
 	fs.Var(fileValue{&o.files}, "file", "")
 	fs.StringVar(&o.out, "out", "", "")
 	return fs

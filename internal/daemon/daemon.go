@@ -56,7 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var allowUIDs intList
-	var findLinks stringList
+	var findLinks []string
 	flags(fs, &cfg, &allowUIDs, &findLinks)
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
