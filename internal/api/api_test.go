@@ -121,3 +121,13 @@ func TestValidateModeAndInputs(t *testing.T) {
 		t.Errorf("too many inputs: %v", err)
 	}
 }
+
+func TestPythonList(t *testing.T) {
+	got := PythonList([]Python{{ID: "cpython-3.11.7", Version: "3.11.7", Default: true}, {ID: "cpython-3.12.1", Version: "3.12.1"}, {ID: "odd"}})
+	if want := "3.11.7 (default), 3.12.1, odd"; got != want {
+		t.Errorf("PythonList = %q, want %q", got, want)
+	}
+	if got := PythonList(nil); got != "" {
+		t.Errorf("PythonList(nil) = %q", got)
+	}
+}

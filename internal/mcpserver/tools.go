@@ -212,18 +212,7 @@ func pythonsText(info *api.Info) string {
 	if info == nil || len(info.Pythons) == 0 {
 		return "the versions the daemon has (see check_environment)."
 	}
-	var parts []string
-	for _, p := range info.Pythons {
-		s := p.Version
-		if s == "" {
-			s = p.ID
-		}
-		if p.Default {
-			s += " (default)"
-		}
-		parts = append(parts, s)
-	}
-	return strings.Join(parts, ", ") + "."
+	return api.PythonList(info.Pythons) + "."
 }
 
 func limitsText(info *api.Info) string {
