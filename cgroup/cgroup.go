@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Cgroup is the cgroup of one run, in every hierarchy its processes join.
@@ -308,34 +309,70 @@ func (c *Cgroup) Update(l Limits) error {
 	return nil
 }
 
-// writeWeight writes the CPU weight of l (Limits.Background) alone.
+// writeWeight writes the CPU weight of l (Limits.Background) alone:
+// cpu.weight on v2, cpu.shares on v1.
 func (c *Cgroup) writeWeight(l Limits) error {
 	if c.cg2 != nil {
 		if !c.v2ctl.cpu {
 			return nil
 		}
-		return writeFile(c.dirs[0], "cpu.weight", strconv.FormatUint(l.weight(), 10))
+		w := l.weight()
+		return c.cg2.Update(&cgroup2.Resources{CPU: &cgroup2.CPU{Weight: &w}})
 	}
-	dir := c.dirFor("cpu")
-	if dir == "" {
-		return nil
-	}
-	return writeFile(dir, "cpu.shares", strconv.FormatUint(l.shares(), 10))
+	shares := l.shares()
+	return c.updateV1(cgroup1.Cpu, &specs.LinuxResources{CPU: &specs.LinuxCPU{Shares: &shares}})
 }
 
-// writePids writes the tasks limit of l alone.
+// writePids writes the tasks limit of l alone: pids.max.
 func (c *Cgroup) writePids(l Limits) error {
-	dir := c.dirFor("pids")
 	if c.cg2 != nil {
 		if !c.v2ctl.pids {
 			return nil
 		}
-		dir = c.dirs[0]
+		limit := l.Pids
+		if limit <= 0 {
+			limit = -1 // "max"
+		}
+		return c.cg2.Update(&cgroup2.Resources{Pids: &cgroup2.Pids{Max: limit}})
 	}
-	if dir == "" {
+	if l.Pids <= 0 {
+		// No limit: containerd's v1 pids controller writes only a
+		// positive one (doc.go).
+		if dir := c.dirFor("pids"); dir != "" {
+			return writeFile(dir, "pids.max", "max")
+		}
 		return nil
 	}
-	return writeFile(dir, "pids.max", formatMax(l.Pids))
+	pids := l.Pids
+	return c.updateV1(cgroup1.Pids, &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &pids}})
+}
+
+// v1Updater is what containerd's cgroup1 controllers that take limits
+// do: write res's part for them to the cgroup at path.
+type v1Updater interface {
+	Update(path string, res *specs.LinuxResources) error
+}
+
+// updateV1 writes res through containerd's controller of the v1 subsystem
+// name alone: the run's cgroup1.Cgroup would give every subsystem res, a
+// few dozen system calls on the path of a jail's claim. A subsystem not
+// mounted has nothing to write.
+func (c *Cgroup) updateV1(name cgroup1.Name, res *specs.LinuxResources) error {
+	for _, s := range c.root.cg1.Subsystems() {
+		if s.Name() != name {
+			continue
+		}
+		u, ok := s.(v1Updater)
+		if !ok {
+			return fmt.Errorf("%w: containerd's %s controller takes no limits", ErrUnsupported, name)
+		}
+		p, err := c.root.v1Path(c.id)(name)
+		if err != nil {
+			return nil // not one of the run's hierarchies
+		}
+		return u.Update(p, res)
+	}
+	return nil
 }
 
 // raiseMemswFirst writes the v1 memory+swap limit ahead of a higher memory

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,7 +123,9 @@ func (c *Cgroup) killRound() error {
 
 // killRoundV1: with the v1 freezer, frozen tasks can neither fork nor exit,
 // so the pid list read while frozen is complete and stable; SIGKILL is
-// delivered on THAWED.
+// delivered on THAWED. The freezer is written directly (doc.go):
+// containerd's Freeze and Thaw wait for the state without bound, and a
+// run must not stall its own kill.
 func (c *Cgroup) killRoundV1() error {
 	fz := c.dirFor("freezer")
 	if fz == "" {
@@ -173,13 +176,22 @@ func thawV1(dir string) error {
 	}
 }
 
-// killRoundV2 uses cgroup.kill (kernel >= 5.14), which kills every process of
-// the cgroup and its descendants atomically with respect to fork; without it,
-// cgroup.freeze (>= 5.2), SIGKILL every member, unfreeze.
+// killRoundV2 uses cgroup.kill (kernel >= 5.14, through containerd's
+// Kill), which kills every process of the cgroup and its descendants
+// atomically with respect to fork; without it, cgroup.freeze (>= 5.2,
+// written directly, bounded: see killRoundV1), SIGKILL every member,
+// unfreeze.
 func (c *Cgroup) killRoundV2() error {
 	dir := c.dirs[0]
 	if c.hasKillFile {
-		return writeFile(dir, "cgroup.kill", "1")
+		m := c.cg2
+		if m == nil { // a swept leftover
+			var err error
+			if m, err = cgroup2.Load(c.LibcontainerPath(), cgroup2.WithMountpoint(c.root.v2.mountpoint)); err != nil {
+				return err
+			}
+		}
+		return m.Kill()
 	}
 	if !c.hasFreezeFile {
 		return c.signalAll()

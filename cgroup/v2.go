@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -49,17 +50,25 @@ func (r *Root) initV2(l v2Layout) (err error) {
 		return fmt.Errorf("%w: create %s: %v", ErrNotDelegated, leaf, err)
 	}
 	if !l.inLeaf {
-		if err := writeFile(leaf, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+		m, err := cgroup2.Load(path.Join(l.ownPath, daemonLeaf), cgroup2.WithMountpoint(l.mountpoint))
+		if err == nil {
+			err = m.AddProc(uint64(os.Getpid()))
+		}
+		if err != nil {
 			return fmt.Errorf("%w: move daemon into %s: %v", ErrNotDelegated, leaf, err)
 		}
 	}
-	avail, err := readString(l.ownDir, "cgroup.controllers")
+	own, err := cgroup2.Load(l.ownPath, cgroup2.WithMountpoint(l.mountpoint))
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnsupported, l.ownDir, err)
+	}
+	avail, err := own.Controllers()
 	if err != nil {
 		return fmt.Errorf("read controllers of %s: %w", l.ownDir, err)
 	}
 	var want []string
 	for _, c := range runControllers {
-		if slices.Contains(strings.Fields(avail), c) {
+		if slices.Contains(avail, c) {
 			want = append(want, c)
 		}
 	}
@@ -85,7 +94,9 @@ func (r *Root) initV2(l v2Layout) (err error) {
 }
 
 // enableControllers turns on ctls in dir's cgroup.subtree_control (those
-// not on already). EBUSY means dir still has processes of its own.
+// not on already). EBUSY means dir still has processes of its own. A
+// direct write (doc.go): containerd's ToggleControllers writes the
+// subtree_control of every ancestor too, which are not the daemon's.
 func enableControllers(dir string, ctls []string) error {
 	cur, err := readString(dir, "cgroup.subtree_control")
 	if err != nil {

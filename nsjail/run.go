@@ -55,7 +55,7 @@ type RunnerConfig struct {
 	// without a user namespace, as the host's nobody (layout.Nobody).
 	UserNS *IDMap
 	// RunnerLib is the host directory holding the runner's files
-	// (runner.WriteFiles), mounted read-only at layout.RunnerDir in every
+	// (rootfs.InstallFiles of runner.Files), mounted read-only at layout.RunnerDir in every
 	// jail. Specs with a Runner need it.
 	RunnerLib string
 	Log       *slog.Logger

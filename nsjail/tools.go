@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // ToolRelay carries out a run's tool calls (runner/PROTOCOL.md, "Tools"):
@@ -15,7 +16,7 @@ import (
 type ToolRelay interface {
 	// Declared is what the run message says of the tools: the tools and
 	// the caps the runner applies itself.
-	Declared() ([]runner.Tool, runner.ToolLimits)
+	Declared() ([]wire.Tool, runner.ToolLimits)
 	// Start begins the relaying. reply writes one tool_result frame to
 	// the runner; it may wait (a bounded time) and is safe for
 	// concurrent use until Stop returns.

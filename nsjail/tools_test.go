@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // echoRelay answers every call with its payload, as a frame.
@@ -17,8 +18,8 @@ type echoRelay struct {
 	stopped bool
 }
 
-func (r *echoRelay) Declared() ([]runner.Tool, runner.ToolLimits) { return nil, runner.ToolLimits{} }
-func (r *echoRelay) Start(reply func([]byte))                     { r.reply = reply }
+func (r *echoRelay) Declared() ([]wire.Tool, runner.ToolLimits) { return nil, runner.ToolLimits{} }
+func (r *echoRelay) Start(reply func([]byte))                   { r.reply = reply }
 func (r *echoRelay) Call(p []byte) {
 	f := append([]byte{0, 0, 0, byte(len(p))}, p...)
 	r.reply(f)

@@ -1,5 +1,6 @@
 // Package rootfs owns the store of read-only Python root filesystems that
-// jails run on.
+// jails run on, and lays down the other read-only trees the daemon mounts
+// into jails (InstallFiles: the runner's files).
 //
 // A rootfs is a minimal tree built from a CPython interpreter on the host:
 // the interpreter binary at /usr/bin/pythonX.Y (with python3 and python

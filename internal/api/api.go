@@ -265,6 +265,24 @@ type Python struct {
 	Default bool   `json:"default"`
 }
 
+// PythonList is how people and models are told which Pythons there are:
+// each version (or id when it has none), the default marked, "3.11.7
+// (default), 3.12.1"; "" for none.
+func PythonList(ps []Python) string {
+	parts := make([]string, 0, len(ps))
+	for _, p := range ps {
+		s := p.Version
+		if s == "" {
+			s = p.ID
+		}
+		if p.Default {
+			s += " (default)"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // DependencyInfo describes the daemon's dependency settings.
 type DependencyInfo struct {
 	Installer    string   `json:"installer"`

@@ -122,18 +122,13 @@ func TestValidateModeAndInputs(t *testing.T) {
 	}
 }
 
-func TestJSONDepth(t *testing.T) {
-	for raw, want := range map[string]int{
-		`1`:                          0,
-		`"[[["`:                      0,
-		`[]`:                         1,
-		`{"a": [1, {"b": "]]]"}]}`:   3,
-		`["\"[", ["\\", [[]]]]`:      4,
-		`{"k\\\"{": {"x": "\\\\["}}`: 2,
-	} {
-		if got := JSONDepth([]byte(raw)); got != want {
-			t.Errorf("JSONDepth(%s) = %d, want %d", raw, got, want)
-		}
+func TestPythonList(t *testing.T) {
+	got := PythonList([]Python{{ID: "cpython-3.11.7", Version: "3.11.7", Default: true}, {ID: "cpython-3.12.1", Version: "3.12.1"}, {ID: "odd"}})
+	if want := "3.11.7 (default), 3.12.1, odd"; got != want {
+		t.Errorf("PythonList = %q, want %q", got, want)
+	}
+	if got := PythonList(nil); got != "" {
+		t.Errorf("PythonList(nil) = %q", got)
 	}
 }
 

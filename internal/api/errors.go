@@ -34,6 +34,15 @@ const (
 	ErrSessionLost     ErrorType = "session_lost"      // its interpreter died; delete it (410)
 )
 
+// ErrorTypes lists every error class, in the order above: what a
+// result's error.type may be (the MCP server's schemas enumerate it; a
+// test holds it to the constants).
+var ErrorTypes = []ErrorType{
+	ErrBadRequest, ErrTooLarge, ErrOverLimit, ErrUnknownPython, ErrDependency,
+	ErrForbidden, ErrNotFound, ErrInUse, ErrBusy, ErrUnavailable, ErrInternal, ErrCanceled,
+	ErrSessionNotFound, ErrSessionBusy, ErrSessionLost,
+}
+
 // Error implements error, so that a class can be wrapped with %w and
 // found with errors.Is.
 func (t ErrorType) Error() string { return string(t) }

@@ -2,9 +2,10 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Run modes (RunRequest.Mode).
@@ -24,65 +25,21 @@ const (
 	MaxInputDepth = 64
 )
 
-// Value is the value of a cell's final expression.
-type Value struct {
-	// Type is the value's type name ("int", "DataFrame").
-	Type string `json:"type"`
-	// Repr is its repr(), capped.
-	Repr string `json:"repr"`
-	// JSON is the value itself when it is JSON-serialisable (within a
-	// cap); absent otherwise.
-	JSON json.RawMessage `json:"json,omitempty"`
-}
-
-// Exception is an uncaught exception as data.
-type Exception struct {
-	// Type is the exception's class, qualified by its module outside the
-	// builtins ("ZeroDivisionError", "json.decoder.JSONDecodeError").
-	Type    string `json:"type"`
-	Message string `json:"message"`
-	// Traceback is what Python printed to stderr, capped.
-	Traceback string `json:"traceback"`
-	// Line is the line of the user's code it was raised on, when known.
-	Line *int `json:"line"`
-}
-
-// DisplayItem is one piece of rich output in Jupyter's MIME-bundle shape:
-// Data maps a MIME type to its content, a string (base64 for binary types
-// such as image/png) or, for application/json, any JSON value. text/plain
-// is always there.
-type DisplayItem struct {
-	Data map[string]json.RawMessage `json:"data"`
-	// Metadata says, under "cellblock", what was dropped from the item
-	// and why (a MIME type over a cap, an image that was not one).
-	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
-}
+// The parts of a result that the jail's runner reports, and the tools a
+// run declares, are package wire's types: the runner's Collector makes
+// them, and the result carries them as they are.
+type (
+	Value        = wire.Value
+	Exception    = wire.Exception
+	DisplayItem  = wire.DisplayItem
+	DisplayNotes = wire.DisplayNotes
+	Dropped      = wire.Dropped
+	Tool         = wire.Tool
+)
 
 // DisplayNotesKey is the key of a DisplayItem's Metadata that holds its
 // DisplayNotes.
-const DisplayNotesKey = "cellblock"
-
-// DisplayNotes is what the sandbox says about one display item, under
-// Metadata[DisplayNotesKey].
-type DisplayNotes struct {
-	// Dropped lists the content left out of the item, one entry each.
-	Dropped []Dropped `json:"dropped,omitempty"`
-	// DroppedItems, on the last item of a run's display only, counts the
-	// items dropped whole past the run's caps; the item's text/plain says
-	// so too.
-	DroppedItems int64 `json:"dropped_items,omitempty"`
-}
-
-// Dropped is one piece of content left out of a display item.
-type Dropped struct {
-	// MIME is the MIME type left out ("metadata" for the item's metadata,
-	// "*" for an item that could not be read at all).
-	MIME string `json:"mime"`
-	// Bytes is the size of what was left out, as it was sent.
-	Bytes int64 `json:"bytes"`
-	// Reason says why ("item over display_item_bytes (1048576)").
-	Reason string `json:"reason"`
-}
+const DisplayNotesKey = wire.DisplayNotesKey
 
 // identifier is a Python identifier in ASCII (inputs become globals).
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -121,40 +78,9 @@ func (r *RunRequest) validateInterp() *Error {
 		if !json.Valid(v) {
 			return Errorf(ErrBadRequest, field, "is not JSON")
 		}
-		if d := JSONDepth(v); d > MaxInputDepth {
+		if d := wire.JSONDepth(v); d > MaxInputDepth {
 			return Errorf(ErrBadRequest, field, "nests %d deep; the maximum is %d", d, MaxInputDepth)
 		}
 	}
 	return nil
 }
-
-// JSONDepth is how deep valid JSON nests arrays and objects (0 for a
-// scalar). It scans bytes, without decoding: the daemon checks untrusted
-// JSON's nesting with it before anything decodes it.
-func JSONDepth(raw []byte) int {
-	d, deepest, inString, escaped := 0, 0, false, false
-	for _, ch := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
-			}
-		case ch == '"':
-			inString = true
-		case ch == '[' || ch == '{':
-			d++
-			deepest = max(deepest, d)
-		case ch == ']' || ch == '}':
-			d--
-		}
-	}
-	return deepest
-}
-
-// String is a short form for logs.
-func (e *Exception) String() string { return fmt.Sprintf("%s: %s", e.Type, e.Message) }

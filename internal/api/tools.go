@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // The tool bridge: a run that declares Tools may call them from its code
@@ -30,7 +32,7 @@ func ToolCallPath(run, call string) string {
 const (
 	MaxTools = 256
 	// MaxToolName bounds a tool's name: an ASCII identifier.
-	MaxToolName = 128
+	MaxToolName = wire.MaxToolName
 	// MaxToolDescription bounds a tool's description, in bytes.
 	MaxToolDescription = 16 << 10
 	// MaxToolSchema bounds one input schema, encoded, and MaxToolSchemaDepth
@@ -43,18 +45,6 @@ const (
 	// a longer one is cut.
 	MaxToolError = 4096
 )
-
-// Tool is one host tool a run's code may call.
-type Tool struct {
-	// Name is how the code calls it: cellblock.tools.NAME. An ASCII
-	// identifier that is no Python keyword and does not start with "_".
-	Name string `json:"name"`
-	// Description is the tool's docstring in the jail.
-	Description string `json:"description,omitempty"`
-	// InputSchema is a JSON Schema that the call's arguments (a JSON
-	// object) must pass; absent means any object.
-	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-}
 
 // ToolLimits are a run's caps on its tool calls. In a request, zero
 // fields take the daemon's defaults; a field above the daemon's maximum
@@ -175,7 +165,7 @@ func (r *RunRequest) validateTools() *Error {
 		if s := bytes.TrimSpace(t.InputSchema); s[0] != '{' && !bytes.Equal(s, []byte("true")) {
 			return Errorf(ErrBadRequest, field+".input_schema", "must be a JSON Schema object")
 		}
-		if d := JSONDepth(t.InputSchema); d > MaxToolSchemaDepth {
+		if d := wire.JSONDepth(t.InputSchema); d > MaxToolSchemaDepth {
 			return Errorf(ErrBadRequest, field+".input_schema", "nests %d deep; the maximum is %d", d, MaxToolSchemaDepth)
 		}
 	}

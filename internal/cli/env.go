@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // envCmd is "cellblock env": the daemon's cached dependency environments.
@@ -68,7 +69,7 @@ func (c envCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	python := ""
 	noPreload := false
 	if sub == "build" {
-		fs.Var(listValue{&with}, "with", "")
+		fs.Var(flagvalue.List{P: &with}, "with", "")
 		fs.StringVar(&python, "python", "", "")
 		fs.Var(moduleListValue{&preload}, "preload", "")
 		fs.BoolVar(&noPreload, "no-preload", false, "")

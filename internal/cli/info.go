@@ -71,19 +71,8 @@ func writeInfo(w io.Writer, info *api.Info) {
 		}
 		return s
 	}
-	var pythons []string
-	for _, p := range info.Pythons {
-		s := p.Version
-		if s == "" {
-			s = p.ID
-		}
-		if p.Default {
-			s += " (default)"
-		}
-		pythons = append(pythons, s)
-	}
 	fmt.Fprintf(tw, "cellblockd\t%s\n", orNone(info.Version))
-	fmt.Fprintf(tw, "python\t%s\n", orNone(strings.Join(pythons, ", ")))
+	fmt.Fprintf(tw, "python\t%s\n", orNone(api.PythonList(info.Pythons)))
 	fmt.Fprintf(tw, "cgroups\t%s\n", orNone(info.CgroupMode))
 	fmt.Fprintf(tw, "user namespace\t%s\n", yesNo(info.UserNamespace))
 	fmt.Fprintf(tw, "seccomp\t%s\n", yesNo(info.Seccomp))

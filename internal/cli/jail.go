@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // jailFields points at the fields of a request that fix a jail: the
@@ -41,12 +42,12 @@ var jailFlagNames = []string{"python", "with", "env", "memory", "pids", "cpus", 
 // addJailFlags defines the flags that fix a jail on fs, storing into j.
 func (inv *invocation) addJailFlags(fs *flag.FlagSet, j jailFields) {
 	fs.StringVar(j.python, "python", "", "")
-	fs.Var(listValue{j.deps}, "with", "")
+	fs.Var(flagvalue.List{P: j.deps}, "with", "")
 	fs.Var(envValue{j.env, inv.lookupEnv}, "env", "")
-	fs.Var(sizeValue{j.memory}, "memory", "")
-	fs.Var(countValue{j.pids}, "pids", "")
-	fs.Var(cpusValue{j.cpus}, "cpus", "")
-	fs.Var(sizeValue{j.tmp}, "tmp", "")
+	fs.Var(flagvalue.Size{P: j.memory}, "memory", "")
+	fs.Var(flagvalue.Count{P: j.pids}, "pids", "")
+	fs.Var(flagvalue.CPUs{P: j.cpus}, "cpus", "")
+	fs.Var(flagvalue.Size{P: j.tmp}, "tmp", "")
 	fs.Var(allowNetValue{j.network}, "allow-net", "")
 	fs.Var(secretValue{j.secrets}, "secret", "")
 }

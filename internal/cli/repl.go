@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/client"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // replCmd is "cellblock repl": an interactive Python console whose code
@@ -100,7 +101,7 @@ func (c replCmd) main(ctx context.Context, inv *invocation, args []string) int {
 	keep := fs.Bool("keep", false, "")
 	quiet := fs.Bool("q", false, "")
 	var timeoutMs int64
-	fs.Var(timeoutValue{&timeoutMs}, "timeout", "")
+	fs.Var(flagvalue.Duration{P: &timeoutMs}, "timeout", "")
 	if st := inv.parse(c, fs, args); st >= 0 {
 		return st
 	}

@@ -7,16 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // runCmd is "cellblock run".
@@ -144,7 +143,7 @@ type runOptions struct {
 func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs := inv.newFlagSet("run")
 	fs.Var(&codeValue{o}, "c", "")
-	fs.Var(timeoutValue{&o.req.TimeoutMs}, "timeout", "")
+	fs.Var(flagvalue.Duration{P: &o.req.TimeoutMs}, "timeout", "")
 	inv.addJailFlags(fs, runJail(&o.req))
 	fs.StringVar(&o.req.Session, "session", "", "")
 	fs.BoolVar(&o.stdin, "i", false, "")
@@ -153,7 +152,7 @@ func (inv *invocation) runFlags(o *runOptions) *flag.FlagSet {
 	fs.Var(modeValue{&o.req.Mode}, "cell", "")
 	fs.Var(inputValue{&o.req.Inputs}, "input", "")
 	fs.Var(toolValue{&o.tools}, "tool", "")
-	fs.Var(timeoutValue{&o.toolTimeoutMs}, "tool-timeout", "")
+	fs.Var(flagvalue.Duration{P: &o.toolTimeoutMs}, "tool-timeout", "")
 	fs.Var(fileValue{&o.files}, "file", "")
 	fs.StringVar(&o.out, "out", "", "")
 	return fs
@@ -289,93 +288,6 @@ func (c runCmd) main(ctx context.Context, inv *invocation, args []string) int {
 		return st
 	}
 	return exitStatus(res, false)
-}
-
-// liveOutput copies streamed output to the client's stdout and stderr as
-// it arrives.
-type liveOutput struct {
-	stdout, stderr io.Writer
-	// seen records the streams that delivered at least one chunk.
-	seen map[string]bool
-	// last is the last byte written to either stream, 0 before any:
-	// notes start on a line of their own.
-	last byte
-}
-
-func (l *liveOutput) write(stream, data string) {
-	if l.seen == nil {
-		l.seen = make(map[string]bool)
-	}
-	l.seen[stream] = true
-	if data == "" {
-		return
-	}
-	w := l.stdout
-	if stream == "stderr" {
-		w = l.stderr
-	} else if stream != "stdout" {
-		return
-	}
-	// A failed write (a closed pipe) must not end the wait for the
-	// result; the exit status still reports the run.
-	_, _ = io.WriteString(w, data)
-	l.last = data[len(data)-1]
-}
-
-// notes are the lines cellblock adds on stderr after the program's
-// output, saying why the run ended as it did.
-func notes(res *api.Result, req *api.RunRequest) []string {
-	var limits api.Limits
-	if res.Limits != nil {
-		limits = *res.Limits
-	}
-	pick := func(applied, asked int64) int64 {
-		if applied > 0 {
-			return applied
-		}
-		return asked
-	}
-	var n []string
-	if res.Error != nil {
-		n = append(n, "cellblock: "+res.Error.Error())
-	}
-	for _, t := range []struct {
-		name      string
-		truncated bool
-	}{{"stdout", res.StdoutTruncated}, {"stderr", res.StderrTruncated}} {
-		if !t.truncated {
-			continue
-		}
-		if b := pick(limits.OutputBytes, req.OutputBytes); b > 0 {
-			n = append(n, fmt.Sprintf("cellblock: %s truncated at %d bytes", t.name, b))
-		} else {
-			n = append(n, fmt.Sprintf("cellblock: %s truncated at the output limit", t.name))
-		}
-	}
-	for i, d := range res.Display {
-		n = append(n, "cellblock: "+describeDisplay(i, d, "--json has the data"))
-	}
-	if res.TimedOut {
-		if ms := pick(limits.TimeoutMs, req.TimeoutMs); ms > 0 {
-			n = append(n, "cellblock: timed out after "+formatMillis(ms))
-		} else {
-			n = append(n, "cellblock: timed out")
-		}
-	}
-	if res.OOMKilled {
-		if b := pick(limits.MemoryBytes, req.MemoryBytes); b > 0 {
-			n = append(n, fmt.Sprintf("cellblock: killed: out of memory (limit %s MiB)", formatUnits(b, mib)))
-		} else {
-			n = append(n, "cellblock: killed: out of memory")
-		}
-	}
-	for _, d := range res.Denials {
-		n = append(n, "cellblock: "+describeDenial(d))
-	}
-	if s := res.Session; s != nil && s.State == api.SessionLost {
-		n = append(n, fmt.Sprintf("cellblock: session %s lost its interpreter: its state is gone, and it refuses runs until deleted (cellblock session rm %s)", s.ID, s.ID))
-	}
-	return n
 }
 
 // request builds the run request: the code from -c, FILE or stdin, the
@@ -565,234 +477,4 @@ func readLimited(ctx context.Context, r io.Reader, limit int64) ([]byte, error) 
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
-}
-
-// Flag values.
-
-// codeValue is -c CODE.
-type codeValue struct{ o *runOptions }
-
-func (v *codeValue) String() string {
-	if v == nil || v.o == nil {
-		return ""
-	}
-	return v.o.code
-}
-
-func (v *codeValue) Set(s string) error {
-	v.o.code, v.o.codeSet = s, true
-	return nil
-}
-
-// timeoutValue is --timeout, in milliseconds.
-type timeoutValue struct{ ms *int64 }
-
-func (v timeoutValue) String() string {
-	if v.ms == nil || *v.ms == 0 {
-		return ""
-	}
-	return formatMillis(*v.ms)
-}
-
-func (v timeoutValue) Set(s string) error {
-	ms, err := parseTimeout(s)
-	if err != nil {
-		return err
-	}
-	*v.ms = ms
-	return nil
-}
-
-// sizeValue is a byte count such as --memory 128M.
-type sizeValue struct{ bytes *int64 }
-
-func (v sizeValue) String() string {
-	if v.bytes == nil {
-		return ""
-	}
-	return strconv.FormatInt(*v.bytes, 10)
-}
-
-func (v sizeValue) Set(s string) error {
-	b, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*v.bytes = b
-	return nil
-}
-
-// countValue is a non-negative integer such as --pids 64.
-type countValue struct{ n *int64 }
-
-func (v countValue) String() string {
-	if v.n == nil {
-		return ""
-	}
-	return strconv.FormatInt(*v.n, 10)
-}
-
-func (v countValue) Set(s string) error {
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n < 0 {
-		return errors.New("not a whole number such as 64")
-	}
-	*v.n = n
-	return nil
-}
-
-// cpusValue is --cpus, in cores.
-type cpusValue struct{ cpus *float64 }
-
-func (v cpusValue) String() string {
-	if v.cpus == nil {
-		return ""
-	}
-	return formatCPUs(*v.cpus)
-}
-
-func (v cpusValue) Set(s string) error {
-	c, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-		return errors.New("not a number of cores such as 0.5 or 2")
-	}
-	*v.cpus = c
-	return nil
-}
-
-// listValue collects a repeatable flag such as --with.
-type listValue struct{ list *[]string }
-
-func (v listValue) String() string {
-	if v.list == nil {
-		return ""
-	}
-	return strings.Join(*v.list, " ")
-}
-
-func (v listValue) Set(s string) error {
-	*v.list = append(*v.list, s)
-	return nil
-}
-
-// envValue collects --env KEY=VALUE; a bare KEY takes the value from the
-// client's environment and is left out when unset there, as docker -e does.
-type envValue struct {
-	env    *map[string]string
-	lookup func(string) (string, bool)
-}
-
-func (v envValue) String() string {
-	if v.env == nil {
-		return ""
-	}
-	var kv []string
-	for k, val := range *v.env {
-		kv = append(kv, k+"="+val)
-	}
-	return strings.Join(kv, " ")
-}
-
-func (v envValue) Set(s string) error {
-	key, val, ok := strings.Cut(s, "=")
-	if key == "" {
-		return errors.New("want KEY=VALUE or KEY")
-	}
-	if !ok {
-		if val, ok = v.lookup(key); !ok {
-			return nil
-		}
-	}
-	if !utf8.ValidString(val) {
-		return fmt.Errorf("the value of %s is not UTF-8 text", key)
-	}
-	if *v.env == nil {
-		*v.env = make(map[string]string)
-	}
-	(*v.env)[key] = val
-	return nil
-}
-
-// modeValue is --cell: a boolean flag that sets the request's mode.
-type modeValue struct{ mode *string }
-
-func (v modeValue) String() string {
-	if v.mode != nil && *v.mode == api.ModeCell {
-		return "true"
-	}
-	return "false"
-}
-
-func (v modeValue) Set(s string) error {
-	on, err := strconv.ParseBool(s)
-	if err != nil {
-		return errors.New("want true or false")
-	}
-	*v.mode = api.ModeScript
-	if on {
-		*v.mode = api.ModeCell
-	}
-	return nil
-}
-
-func (modeValue) IsBoolFlag() bool { return true }
-
-// inputValue is --input NAME=JSON.
-type inputValue struct{ inputs *map[string]json.RawMessage }
-
-func (v inputValue) String() string {
-	if v.inputs == nil {
-		return ""
-	}
-	var kv []string
-	for k, val := range *v.inputs {
-		kv = append(kv, k+"="+string(val))
-	}
-	return strings.Join(kv, " ")
-}
-
-func (v inputValue) Set(s string) error {
-	name, val, ok := strings.Cut(s, "=")
-	if !ok || name == "" {
-		return errors.New("want NAME=JSON, such as n=3 or 'names=[\"a\", \"b\"]'")
-	}
-	if !json.Valid([]byte(val)) {
-		return fmt.Errorf("the value of %s is not JSON (a string needs quotes: %s='\"text\"')", name, name)
-	}
-	if *v.inputs == nil {
-		*v.inputs = make(map[string]json.RawMessage)
-	}
-	(*v.inputs)[name] = json.RawMessage(val)
-	return nil
-}
-
-// describeDisplay is the note for a display item on a terminal, which
-// cannot show it: its text/plain and what else it holds, and hint, where
-// to get it.
-func describeDisplay(i int, d api.DisplayItem, hint string) string {
-	var text string
-	_ = json.Unmarshal(d.Data["text/plain"], &text)
-	if len(text) > 200 {
-		text = text[:200] + "..."
-	}
-	var kinds []string
-	for mime, raw := range d.Data {
-		if mime == "text/plain" {
-			continue
-		}
-		size := len(raw)
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			size = len(s)
-			if strings.HasPrefix(mime, "image/") && mime != "image/svg+xml" {
-				size = size * 3 / 4 // base64
-			}
-		}
-		kinds = append(kinds, fmt.Sprintf("%s, %s", mime, formatSize(int64(size))))
-	}
-	slices.Sort(kinds)
-	if len(kinds) == 0 {
-		return fmt.Sprintf("display[%d]: %s", i, text)
-	}
-	return fmt.Sprintf("display[%d]: %s (%s; %s)", i, text, strings.Join(kinds, "; "), hint)
 }

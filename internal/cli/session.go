@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 )
 
 // sessionCmd is "cellblock session": interpreters that keep their state
@@ -112,7 +113,7 @@ var sessionFlagNames = append(slices.Clone(jailFlagNames), "idle-timeout")
 // --session) on fs, storing into req.
 func (inv *invocation) sessionFlags(fs *flag.FlagSet, req *api.SessionRequest) {
 	inv.addJailFlags(fs, sessionJail(req))
-	fs.Var(timeoutValue{&req.IdleTimeoutMs}, "idle-timeout", "")
+	fs.Var(flagvalue.Duration{P: &req.IdleTimeoutMs}, "idle-timeout", "")
 }
 
 // checkSessionRequest validates req before it is sent, in the terms of

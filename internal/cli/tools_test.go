@@ -22,7 +22,7 @@ func callTools(calls ...[2]string) servertest.RunFunc {
 	return func(ctx context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
 		var out strings.Builder
 		for _, c := range calls {
-			res, err := servertest.CallTool(ctx, c[0], json.RawMessage(c[1]))
+			res, err := servertest.CallTool(ctx, req, c[0], json.RawMessage(c[1]))
 			var te *servertest.ToolError
 			switch {
 			case errors.As(err, &te):
@@ -182,7 +182,7 @@ func TestToolCommandsRunEightAtOnce(t *testing.T) {
 		results := make(chan string, 24)
 		for range 24 {
 			go func() {
-				res, err := servertest.CallTool(ctx, "count", json.RawMessage(`{}`))
+				res, err := servertest.CallTool(ctx, req, "count", json.RawMessage(`{}`))
 				results <- fmt.Sprint(string(res), err)
 			}()
 		}

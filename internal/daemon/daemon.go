@@ -57,7 +57,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var allowUIDs intList
-	var findLinks stringList
+	var findLinks []string
 	flags(fs, &cfg, &allowUIDs, &findLinks)
 	version := fs.Bool("version", false, "print the version and exit")
 	fs.Usage = func() {
@@ -194,7 +194,11 @@ func run(cfg config.Config, log *slog.Logger) error {
 		log.Warn("rebuilt rootfses of an older layout", "rebuilt", done, "err", err)
 	}
 
-	runnerLib, err := runnerfiles.Install(filepath.Join(cfg.StateDir, "runner"), sec.runnerExtra())
+	jailFiles, err := runnerfiles.FilesWith(sec.runnerExtra())
+	if err != nil {
+		return err
+	}
+	runnerLib, err := rootfs.InstallFiles(filepath.Join(cfg.StateDir, "runner"), jailFiles)
 	if err != nil {
 		return err
 	}
@@ -294,38 +298,24 @@ func run(cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
-	var service server.Executor = exec
-	if cfg.MaxSessions > 0 {
-		sm, err := sessions.New(sessions.Config{
-			MaxTotal:    cfg.MaxSessions,
-			MaxPerUID:   cfg.MaxSessionsPerUID,
-			MaxIdle:     cfg.SessionMaxIdle,
-			MaxLifetime: cfg.SessionMaxLifetime,
-			Open: func(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*sessions.Opened, error) {
-				o, err := exec.OpenSession(ctx, id, req, l)
-				if err != nil {
-					return nil, err
-				}
-				return &sessions.Opened{Interp: o.Session, Python: o.Python, Environment: o.Environment, Release: o.Release, Denials: o.Denials, SecretUses: o.SecretUses}, nil
-			},
-			Result:   runs.ResultOf,
-			Files:    exec,
-			FileCaps: cfg.FileCaps(),
-			Event:    stats.SessionEvent,
-			Log:      log,
-		})
-		if err != nil {
-			return err
-		}
-		// Before the executor's Close (deferred earlier, so run later),
-		// which waits for every jail's teardown.
-		defer sm.Close()
-		stats.SetSessionsOpen(sm.Open)
-		service = struct {
-			*runs.Executor
-			*sessions.Manager
-		}{exec, sm}
+	sm, err := sessions.New(sessions.Config{
+		Off:         cfg.MaxSessions == 0,
+		MaxTotal:    cfg.MaxSessions,
+		MaxPerUID:   cfg.MaxSessionsPerUID,
+		MaxIdle:     cfg.SessionMaxIdle,
+		MaxLifetime: cfg.SessionMaxLifetime,
+		Jails:       exec,
+		FileCaps:    cfg.FileCaps(),
+		Event:       stats.SessionEvent,
+		Log:         log,
+	})
+	if err != nil {
+		return err
 	}
+	// Before the executor's Close (deferred earlier, so run later), which
+	// waits for every jail's teardown.
+	defer sm.Close()
+	stats.SetSessionsOpen(sm.Open)
 
 	ln, activated, err := listen(cfg, log)
 	if err != nil {
@@ -335,7 +325,7 @@ func run(cfg config.Config, log *slog.Logger) error {
 		defer os.Remove(cfg.Socket)
 	}
 	allowed := peercred.AllowList(cfg.SocketGroup, cfg.AllowUIDs, log)
-	srv := server.New(server.Config{
+	srv, err := server.New(server.Config{
 		Defaults:      cfg.Defaults,
 		Maxima:        cfg.Maxima,
 		MaxConcurrent: cfg.MaxConcurrent,
@@ -362,7 +352,10 @@ func run(cfg config.Config, log *slog.Logger) error {
 				auditLog.ObserveFile(op)
 			}
 		},
-	}, service)
+	}, server.Services{Runs: exec, Sessions: sm, Envs: exec, Artifacts: exec, Files: sm})
+	if err != nil {
+		return err
+	}
 	stats.SetLoad(srv.Load)
 	stats.SetPrestartReady(exec.PrestartReady)
 

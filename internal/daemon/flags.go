@@ -6,18 +6,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/config"
+	"github.com/cellblock/cellblock/internal/flagvalue"
 	"github.com/cellblock/cellblock/nsjail/layout"
 )
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // intList is a repeatable integer flag.
 type intList []int
@@ -32,73 +26,10 @@ func (l *intList) Set(v string) error {
 	return nil
 }
 
-// durationMs sets a millisecond limit from a Go duration.
-type durationMs struct{ ms *int64 }
-
-func (d durationMs) String() string {
-	if d.ms == nil {
-		return ""
-	}
-	return (time.Duration(*d.ms) * time.Millisecond).String()
-}
-func (d durationMs) Set(v string) error {
-	t, err := time.ParseDuration(v)
-	if err != nil || t <= 0 {
-		return fmt.Errorf("%q is not a positive duration such as 30s", v)
-	}
-	*d.ms = t.Milliseconds()
-	return nil
-}
-
-// size sets a byte count from 128M, 1GiB and the like.
-type size struct{ n *int64 }
-
-func (s size) String() string {
-	if s.n == nil {
-		return ""
-	}
-	return strconv.FormatInt(*s.n, 10)
-}
-func (s size) Set(v string) error {
-	n, err := ParseSize(v)
-	if err != nil {
-		return err
-	}
-	*s.n = n
-	return nil
-}
-
-// ParseSize parses a byte size: a number with an optional K, M, G or T
-// suffix (powers of 1024), optionally followed by "i", "B" or "iB".
-func ParseSize(v string) (int64, error) {
-	s := strings.ToUpper(strings.TrimSpace(v))
-	s = strings.TrimSuffix(s, "B")
-	s = strings.TrimSuffix(s, "I")
-	mult := float64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		case 'T':
-			mult = 1 << 40
-		}
-		if mult != 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f*mult > 1<<62 {
-		return 0, fmt.Errorf("%q is not a size such as 128M", v)
-	}
-	return int64(f * mult), nil
-}
-
-// flags binds cfg's fields to a flag set.
-func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *stringList) {
+// flags binds cfg's fields to a flag set. Sizes, durations of limits,
+// counts, CPU quotas and repeatable flags are read as cellblock reads them
+// (package flagvalue).
+func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *[]string) {
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket to serve the API on")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory for rootfs store, environments and jail state")
 	fs.StringVar(&cfg.CgroupName, "cgroup-name", cfg.CgroupName, "name of the run cgroups' subtree below the daemon's own cgroup")
@@ -120,17 +51,17 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.Int64Var(&cfg.UserNSBase, "userns-base", cfg.UserNSBase, "first host uid/gid of the jails' 65536 ids")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", cfg.ShutdownGrace, "how long SIGTERM lets runs in flight finish")
 	fs.StringVar(&cfg.IndexURL, "index-url", cfg.IndexURL, "package index for dependencies")
-	fs.Var(findLinks, "find-links", "directory of wheels for dependencies (repeatable)")
+	fs.Var(flagvalue.List{P: findLinks}, "find-links", "directory of wheels for dependencies (repeatable)")
 	fs.BoolVar(&cfg.NoIndex, "no-index", cfg.NoIndex, "use only --find-links, never an index")
-	fs.Var(size{&cfg.DisplayItemBytes}, "display-item-bytes", "cap on one rich output item of a run (a plot, an HTML table); over it, the item keeps only its text (default 1M)")
-	fs.Var(size{&cfg.DisplayTotalBytes}, "display-total-bytes", "cap on all rich output of one run together (default 8M)")
-	fs.Var(size{&cfg.EnvCacheSize}, "env-cache-size", "disk budget of cached dependency environments; least recently used ones beyond it are deleted (default 2G)")
+	fs.Var(flagvalue.Size{P: &cfg.DisplayItemBytes}, "display-item-bytes", "cap on one rich output item of a run (a plot, an HTML table); over it, the item keeps only its text (default 1M)")
+	fs.Var(flagvalue.Size{P: &cfg.DisplayTotalBytes}, "display-total-bytes", "cap on all rich output of one run together (default 8M)")
+	fs.Var(flagvalue.Size{P: &cfg.EnvCacheSize}, "env-cache-size", "disk budget of cached dependency environments; least recently used ones beyond it are deleted (default 2G)")
 	fs.BoolVar(&cfg.AllowSdist, "allow-sdist", cfg.AllowSdist, "let dependency builds build source distributions, which runs package code in the build jail (default: wheels only)")
 	fs.DurationVar(&cfg.EnvBuildTimeout, "env-build-timeout", cfg.EnvBuildTimeout, "time limit of one dependency environment build")
-	fs.Var(size{&cfg.EnvBuildMemory}, "env-build-memory", "memory limit of one dependency environment build (default 1G)")
+	fs.Var(flagvalue.Size{P: &cfg.EnvBuildMemory}, "env-build-memory", "memory limit of one dependency environment build (default 1G)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: auto, text or json")
 	fs.StringVar(&cfg.AuditLog, "audit-log", cfg.AuditLog, "audit log: one JSON line per run request (default: audit.log in the state dir; \"off\" for none)")
-	fs.Var(size{&cfg.AuditLogMaxBytes}, "audit-log-max-size", "size past which the audit log is rotated (default 64M)")
+	fs.Var(flagvalue.Size{P: &cfg.AuditLogMaxBytes}, "audit-log-max-size", "size past which the audit log is rotated (default 64M)")
 	fs.IntVar(&cfg.AuditLogKeep, "audit-log-keep", cfg.AuditLogKeep, "rotated audit logs kept")
 	fs.BoolVar(&cfg.AuditCode, "audit-code", cfg.AuditCode, "write each run's code into the audit log (default: only its SHA-256 and size)")
 	fs.Func("network-allow", "the most any run may ask of the network: a HOST:PORT pattern (api.example.org:443, *.example.org:443, *:443) that runs' network.allow must stay within (repeatable; none by default: no run gets network)", func(v string) error {
@@ -140,22 +71,22 @@ func flags(fs *flag.FlagSet, cfg *config.Config, allowUIDs *intList, findLinks *
 	fs.BoolVar(&cfg.NetworkAllowPrivate, "network-allow-private", cfg.NetworkAllowPrivate, "let allowed names resolve to loopback, private and other special-purpose addresses (for internal mirrors and tests; cloud metadata endpoints stay refused)")
 	fs.IntVar(&cfg.NetworkMaxConnections, "network-max-connections", cfg.NetworkMaxConnections, "connections a run may have open through its network proxy at once")
 	fs.IntVar(&cfg.NetworkMaxConnectionsTotal, "network-max-connections-total", cfg.NetworkMaxConnectionsTotal, "connections a run may make through its network proxy in all")
-	fs.Var(size{&cfg.NetworkMaxBytes}, "network-max-bytes", "bytes a run's network connections may carry in all, both ways (default 1G)")
+	fs.Var(flagvalue.Size{P: &cfg.NetworkMaxBytes}, "network-max-bytes", "bytes a run's network connections may carry in all, both ways (default 1G)")
 	flagsFiles(fs, cfg)
 	flagsSecrets(fs, cfg)
 
-	fs.Var(durationMs{&cfg.Defaults.TimeoutMs}, "default-timeout", "default wall-clock timeout")
-	fs.Var(durationMs{&cfg.Maxima.TimeoutMs}, "max-timeout", "maximum wall-clock timeout")
-	fs.Var(size{&cfg.Defaults.MemoryBytes}, "default-memory", "default memory limit")
-	fs.Var(size{&cfg.Maxima.MemoryBytes}, "max-memory", "maximum memory limit")
-	fs.Int64Var(&cfg.Defaults.Pids, "default-pids", cfg.Defaults.Pids, "default tasks limit")
-	fs.Int64Var(&cfg.Maxima.Pids, "max-pids", cfg.Maxima.Pids, "maximum tasks limit")
-	fs.Float64Var(&cfg.Defaults.CPUs, "default-cpus", cfg.Defaults.CPUs, "default CPU quota in cores")
-	fs.Float64Var(&cfg.Maxima.CPUs, "max-cpus", cfg.Maxima.CPUs, "maximum CPU quota in cores")
-	fs.Var(size{&cfg.Defaults.OutputBytes}, "default-output", "default cap on each of stdout and stderr")
-	fs.Var(size{&cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
-	fs.Var(size{&cfg.Defaults.TmpBytes}, "default-tmp", "default size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
-	fs.Var(size{&cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
+	fs.Var(flagvalue.Duration{P: &cfg.Defaults.TimeoutMs, Positive: true}, "default-timeout", "default wall-clock timeout")
+	fs.Var(flagvalue.Duration{P: &cfg.Maxima.TimeoutMs, Positive: true}, "max-timeout", "maximum wall-clock timeout")
+	fs.Var(flagvalue.Size{P: &cfg.Defaults.MemoryBytes}, "default-memory", "default memory limit")
+	fs.Var(flagvalue.Size{P: &cfg.Maxima.MemoryBytes}, "max-memory", "maximum memory limit")
+	fs.Var(flagvalue.Count{P: &cfg.Defaults.Pids}, "default-pids", "default tasks limit")
+	fs.Var(flagvalue.Count{P: &cfg.Maxima.Pids}, "max-pids", "maximum tasks limit")
+	fs.Var(flagvalue.CPUs{P: &cfg.Defaults.CPUs}, "default-cpus", "default CPU quota in cores")
+	fs.Var(flagvalue.CPUs{P: &cfg.Maxima.CPUs}, "max-cpus", "maximum CPU quota in cores")
+	fs.Var(flagvalue.Size{P: &cfg.Defaults.OutputBytes}, "default-output", "default cap on each of stdout and stderr")
+	fs.Var(flagvalue.Size{P: &cfg.Maxima.OutputBytes}, "max-output", "maximum cap on each of stdout and stderr")
+	fs.Var(flagvalue.Size{P: &cfg.Defaults.TmpBytes}, "default-tmp", "default size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
+	fs.Var(flagvalue.Size{P: &cfg.Maxima.TmpBytes}, "max-tmp", "maximum size of "+layout.Tmp+", "+layout.Work+" and "+layout.Shm+" (each)")
 	toolFlags(fs, cfg)
 }
 
@@ -164,24 +95,24 @@ func toolFlags(fs *flag.FlagSet, cfg *config.Config) {
 	d, m := &cfg.Tools.Defaults, &cfg.Tools.Maxima
 	fs.Int64Var(&d.Calls, "default-tool-calls", d.Calls, "default cap on the tool calls of one run; later calls fail in the code")
 	fs.Int64Var(&m.Calls, "max-tool-calls", m.Calls, "maximum cap on the tool calls of one run")
-	fs.Var(size{&d.ArgumentBytes}, "default-tool-argument-bytes", "default cap on one tool call's arguments, as JSON (default 1M)")
-	fs.Var(size{&m.ArgumentBytes}, "max-tool-argument-bytes", "maximum cap on one tool call's arguments (default 8M)")
-	fs.Var(size{&d.ResultBytes}, "default-tool-result-bytes", "default cap on one tool call's answer, as JSON (default 1M)")
-	fs.Var(size{&m.ResultBytes}, "max-tool-result-bytes", "maximum cap on one tool call's answer (default 8M)")
-	fs.Var(durationMs{&d.TimeoutMs}, "default-tool-timeout", "default time a tool call waits for its answer")
-	fs.Var(durationMs{&m.TimeoutMs}, "max-tool-timeout", "maximum time a tool call may wait for its answer")
+	fs.Var(flagvalue.Size{P: &d.ArgumentBytes}, "default-tool-argument-bytes", "default cap on one tool call's arguments, as JSON (default 1M)")
+	fs.Var(flagvalue.Size{P: &m.ArgumentBytes}, "max-tool-argument-bytes", "maximum cap on one tool call's arguments (default 8M)")
+	fs.Var(flagvalue.Size{P: &d.ResultBytes}, "default-tool-result-bytes", "default cap on one tool call's answer, as JSON (default 1M)")
+	fs.Var(flagvalue.Size{P: &m.ResultBytes}, "max-tool-result-bytes", "maximum cap on one tool call's answer (default 8M)")
+	fs.Var(flagvalue.Duration{P: &d.TimeoutMs, Positive: true}, "default-tool-timeout", "default time a tool call waits for its answer")
+	fs.Var(flagvalue.Duration{P: &m.TimeoutMs, Positive: true}, "max-tool-timeout", "maximum time a tool call may wait for its answer")
 	fs.BoolVar(&cfg.Tools.KeepContent, "audit-tool-content", cfg.Tools.KeepContent, "write each tool call's arguments and answer into the audit log (default: only their sizes and SHA-256)")
 }
 
 // flagsFiles binds the caps on files in and out, and the artifact store's.
 func flagsFiles(fs *flag.FlagSet, cfg *config.Config) {
 	fs.IntVar(&cfg.FilesInCount, "files-in-max-count", cfg.FilesInCount, "most files a run or session request may carry into /work (0: none)")
-	fs.Var(size{&cfg.FilesInBytes}, "files-in-max-bytes", "most bytes of files a request may carry, all together (default 32M); request bodies grow by as much, as base64")
+	fs.Var(flagvalue.Size{P: &cfg.FilesInBytes}, "files-in-max-bytes", "most bytes of files a request may carry, all together (default 32M); request bodies grow by as much, as base64")
 	fs.IntVar(&cfg.FilesOutCount, "files-out-max-count", cfg.FilesOutCount, "most files a run's /work/out gives back")
-	fs.Var(size{&cfg.FilesOutFileBytes}, "files-out-max-file-bytes", "largest file a run gives back (default 64M)")
-	fs.Var(size{&cfg.FilesOutBytes}, "files-out-max-bytes", "most bytes of files a run gives back, all together (default 256M)")
-	fs.Var(size{&cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
-	fs.Var(size{&cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back, each user charged in full for its own; past it a user's own least recently produced go first (default 1G)")
+	fs.Var(flagvalue.Size{P: &cfg.FilesOutFileBytes}, "files-out-max-file-bytes", "largest file a run gives back (default 64M)")
+	fs.Var(flagvalue.Size{P: &cfg.FilesOutBytes}, "files-out-max-bytes", "most bytes of files a run gives back, all together (default 256M)")
+	fs.Var(flagvalue.Size{P: &cfg.FilesInlineBytes}, "files-inline-bytes", "largest text file returned with its content when a request asks for return_files \"inline\" (default 64K)")
+	fs.Var(flagvalue.Size{P: &cfg.ArtifactStoreBytes}, "artifact-store-size", "quota of the artifact store that keeps the files runs give back, each user charged in full for its own; past it a user's own least recently produced go first (default 1G)")
 	fs.DurationVar(&cfg.ArtifactTTL, "artifact-ttl", cfg.ArtifactTTL, "how long a user can fetch an artifact after a run of theirs last produced it")
 }
 

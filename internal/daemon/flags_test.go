@@ -30,7 +30,7 @@ func TestDisplayFlags(t *testing.T) {
 		cfg := config.Default()
 		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		flags(fs, &cfg, new(intList), new(stringList))
+		flags(fs, &cfg, new(intList), new([]string))
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatalf("%q: %v", tc.args, err)
 		}
@@ -54,11 +54,11 @@ func TestDisplayFlags(t *testing.T) {
 			t.Errorf("%q: frame_bytes %d, under %d: an item at the cap may not fit a frame", tc.args, l.FrameBytes, want)
 		}
 	}
-	for _, bad := range []string{"lots", "-1K", "1X"} {
+	for _, bad := range []string{"lots", "-1K", "1X", "1e9", "0x1p30", "NaN", "+1M"} {
 		cfg := config.Default()
 		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		flags(fs, &cfg, new(intList), new(stringList))
+		flags(fs, &cfg, new(intList), new([]string))
 		if err := fs.Parse([]string{"--display-item-bytes", bad}); err == nil {
 			t.Errorf("--display-item-bytes %q parsed as %d", bad, cfg.DisplayItemBytes)
 		}
@@ -71,7 +71,7 @@ func TestNetworkFlags(t *testing.T) {
 	cfg := config.Default()
 	fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	flags(fs, &cfg, new(intList), new(stringList))
+	flags(fs, &cfg, new(intList), new([]string))
 	if err := fs.Parse([]string{"--network-allow", "api.example.org:443", "--network-allow", "*.example.net:443",
 		"--network-allow-private", "--network-max-connections", "8", "--network-max-connections-total", "100", "--network-max-bytes", "64M"}); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestSecretFlags(t *testing.T) {
 		cfg := config.Default()
 		fs := flag.NewFlagSet("cellblockd", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		flags(fs, &cfg, new(intList), new(stringList))
+		flags(fs, &cfg, new(intList), new([]string))
 		if err := fs.Parse(args); err != nil {
 			return cfg, err
 		}

@@ -175,7 +175,7 @@ func TestRunPythonDeclaresCodeTools(t *testing.T) {
 	fd.run = func(ctx context.Context, req *api.RunRequest, emit func(string, string)) *api.Result {
 		sum := 0
 		for i := range 10 {
-			res, err := servertest.CallTool(ctx, "my_tools__square", map[string]int{"n": i})
+			res, err := servertest.CallTool(ctx, req, "my_tools__square", map[string]int{"n": i})
 			if err != nil {
 				return &api.Result{ExitCode: 1, Stderr: err.Error()}
 			}
@@ -183,7 +183,7 @@ func TestRunPythonDeclaresCodeTools(t *testing.T) {
 			_ = json.Unmarshal(res, &n)
 			sum += n
 		}
-		_, err := servertest.CallTool(ctx, "my_tools__wipe", map[string]string{"path": "/"})
+		_, err := servertest.CallTool(ctx, req, "my_tools__wipe", map[string]string{"path": "/"})
 		var te *servertest.ToolError
 		if !errors.As(err, &te) {
 			return &api.Result{ExitCode: 1, Stderr: fmt.Sprint("wipe: ", err)}

@@ -48,6 +48,9 @@ func TestBinaryDependencies(t *testing.T) {
 		"github.com/cellblock/cellblock/internal/client":    true,
 		"github.com/cellblock/cellblock/internal/mcpserver": true,
 		"github.com/cellblock/cellblock/internal/pep723":    true,
+		// What the runner's channel and the API both carry (api's
+		// results alias its types).
+		"github.com/cellblock/cellblock/nsjail/runner/wire": true,
 		// The daemon's checks of input schemas, to declare only those
 		// it takes.
 		"github.com/cellblock/cellblock/internal/toolschema": true,

@@ -413,11 +413,7 @@ func collected(t *testing.T, l runner.Limits, frames ...string) []api.DisplayIte
 	for _, f := range frames {
 		c.Handle([]byte(f))
 	}
-	var items []api.DisplayItem
-	for _, it := range c.Result().Display {
-		items = append(items, api.DisplayItem{Data: it.Data, Metadata: it.Metadata})
-	}
-	return items
+	return c.Result().Display
 }
 
 // TestDisplayDroppedNotes: what the daemon's Collector says it dropped

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,18 +52,6 @@ func networkAllowText(allow []api.NetPattern) string {
 		patternsText(allow), example, strings.TrimSuffix(strings.TrimSuffix(example, ":443"), ":80"))
 }
 
-// networkAllowSchema is run_python's "network_allow" parameter.
-func networkAllowSchema(allow []api.NetPattern) map[string]any {
-	return map[string]any{
-		"type": "array",
-		"description": "Hosts the code may reach over HTTP or HTTPS, each as \"host:port\" (\"api.github.com:443\", \"*.example.org:443\" for any name below example.org). " +
-			"Allowed here: " + patternsText(allow) + ". Leave it out and the code has no network at all. " +
-			"In a session it is fixed by the call that creates the session.",
-		"items":    map[string]any{"type": "string", "minLength": 1, "maxLength": 300},
-		"maxItems": api.MaxNetworkAllow,
-	}
-}
-
 // withNetwork fits run_python to the server's network bound: with one, a
 // network_allow parameter and a description that says what may be asked;
 // without one, a description that says there is no network, whatever the
@@ -77,12 +64,7 @@ func withNetwork(t mcp.Tool, info *api.Info, allow []api.NetPattern) mcp.Tool {
 	}
 	t.Description = strings.Replace(t.Description, line, "- "+networkAllowText(allow)+"\n", 1)
 	t.Description = strings.Replace(t.Description, "while the program runs (no pip, no network)", "while the program runs", 1)
-	var schema map[string]any
-	if err := json.Unmarshal(t.RawInputSchema, &schema); err != nil {
-		panic(fmt.Sprintf("mcpserver: run_python's input schema: %v", err))
-	}
-	schema["properties"].(map[string]any)["network_allow"] = networkAllowSchema(allow)
-	t.RawInputSchema = mustJSON(schema)
+	t.RawInputSchema = mustJSON(runPythonInput(info, allow))
 	return t
 }
 
@@ -147,43 +129,4 @@ func denialsText(ds []api.Denial) string {
 func sameNetwork(a, b []string) bool {
 	a, b = slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b))
 	return slices.Equal(a, b)
-}
-
-// denialsSchema describes the result's denials.
-func denialsSchema() map[string]any {
-	return map[string]any{
-		"type":        "array",
-		"description": "what the sandbox refused the program, such as a connection to a host outside network_allow; identical refusals are counted",
-		"items": map[string]any{
-			"type": "object",
-			"properties": map[string]any{
-				"kind":   typed("string", "network, syscall, or secret (a secret's placeholder sent where the secret may not go)"),
-				"detail": typed("string", "what was refused and why"),
-				"secret": typed("string", "for kind secret: the secret's name"),
-				"host":   typed("string", "the host the program asked for"),
-				"port":   typed("integer", "the port it asked for"),
-				"reason": typed("string", "not_allowed (outside network_allow), private_address, forbidden_address (cloud metadata and the like), connection_limit, byte_limit; for a secret: secret_host (to a host the secret is not for) or secret_plain_http"),
-				"count":  typed("integer", "how many times it was refused"),
-			},
-			"required": []string{"kind", "detail"},
-		},
-	}
-}
-
-// networkPolicySchema describes Info's network_policy.
-func networkPolicySchema() map[string]any {
-	return map[string]any{
-		"type":        "object",
-		"description": "what runs may ask of the network (network_allow) and its caps",
-		"properties": map[string]any{
-			"allow":                 map[string]any{"type": "array", "description": "the daemon's bound: the most any run may ask for; empty: no network", "items": map[string]any{"type": "string"}},
-			"allow_private":         typed("boolean", "allowed names may resolve to loopback and private addresses"),
-			"max_connections":       typed("integer", "connections a run may have open at once"),
-			"max_connections_total": typed("integer", "connections a run may make in all"),
-			"max_bytes":             typed("integer", "bytes a run's connections may carry in all"),
-			"proxy":                 typed("string", "the proxy's URL inside the sandbox"),
-			"builds":                map[string]any{"type": "array", "description": "what dependency builds may reach (the package index)", "items": map[string]any{"type": "string"}},
-		},
-		"required": []string{"allow", "allow_private", "max_connections", "max_connections_total", "max_bytes", "proxy"},
-	}
 }

@@ -312,3 +312,28 @@ func refusalTextAs(lead string, e *api.Error, info *api.Info) string {
 	}
 	return b.String()
 }
+
+// toolCallsText is the line of a result's text about its tool calls.
+func toolCallsText(res *api.Result) string {
+	if len(res.ToolCalls) == 0 && res.ToolCallsOverCap == 0 {
+		return ""
+	}
+	failed := 0
+	var first string
+	for _, c := range res.ToolCalls {
+		if !c.OK {
+			failed++
+			if first == "" {
+				first = c.Name + ": " + c.Error
+			}
+		}
+	}
+	text := fmt.Sprintf("\n(%d tool call%s", len(res.ToolCalls), plural(float64(len(res.ToolCalls))))
+	if failed > 0 {
+		text += fmt.Sprintf(", %d failed; the first: %s", failed, cut(first, 300))
+	}
+	if res.ToolCallsOverCap > 0 {
+		text += fmt.Sprintf("; %d more refused past the run's cap on calls", res.ToolCallsOverCap)
+	}
+	return text + ")"
+}

@@ -2,7 +2,6 @@ package runs
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/artifacts"
-	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/workdir"
 )
@@ -164,17 +162,11 @@ func (e *Executor) CollectOut(w *workdir.Dir, owner uint32, inline bool, since w
 	return files, skipped
 }
 
-// owner is the uid the run is carried out for: the socket's peer.
-func owner(ctx context.Context) (uint32, bool) {
-	p, ok := peercred.FromContext(ctx)
-	return p.UID, ok
-}
-
 // collectRun fills res's files from a finished run's /work, and closes
-// it: the run's files are the caller's (no caller known, none). The
-// close is the tmpfs's last reference, whose release frees all the run
-// left in /work: it goes on after the answer.
-func (e *Executor) collectRun(ctx context.Context, out *nsjail.Outcome, req *api.RunRequest, res *api.Result) {
+// it: the run's files are its caller's, uid's. The close is the tmpfs's
+// last reference, whose release frees all the run left in /work: it goes
+// on after the answer.
+func (e *Executor) collectRun(out *nsjail.Outcome, uid uint32, req *api.RunRequest, res *api.Result) {
 	if out.WorkErr != nil {
 		res.FilesSkipped = []api.FileSkipped{{Path: ".", Reason: "cellblockd could not open this run's /work, so nothing under /work/out came back (its log says why)"}}
 	}
@@ -182,10 +174,6 @@ func (e *Executor) collectRun(ctx context.Context, out *nsjail.Outcome, req *api
 		return
 	}
 	defer func() { go out.Work.Close() }()
-	uid, ok := owner(ctx)
-	if !ok {
-		return
-	}
 	res.Files, res.FilesSkipped = e.CollectOut(out.Work, uid, req.ReturnFiles == api.ReturnFilesInline, nil)
 }
 

@@ -1,9 +1,11 @@
 // Package runs carries out validated run requests: it turns a request into
 // a jail spec (interpreter, dependency environment, limits), runs it in a
 // prestarted jail or one built for it, retries once a jail that never
-// launched, and turns the jail's outcome into the result object. It also
-// proves at start-up that jails work on this host (Probe). It implements
-// the server's Executor; it neither listens nor parses flags.
+// launched, and turns the jail's outcome into the result object. A
+// session's jail is opened on the same path (prepare, take, launch) and
+// kept. It also proves at start-up that jails work on this host (Probe).
+// It is the server's Runs, Envs and Artifacts and the session manager's
+// Jails; it neither listens nor parses flags.
 package runs
 
 import (
@@ -11,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ import (
 	"github.com/cellblock/cellblock/internal/artifacts"
 	"github.com/cellblock/cellblock/internal/deps"
 	"github.com/cellblock/cellblock/internal/egress"
-	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/server"
+	"github.com/cellblock/cellblock/internal/sessions"
 	"github.com/cellblock/cellblock/internal/toolrelay"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/layout"
@@ -28,8 +30,15 @@ import (
 	"github.com/cellblock/cellblock/rootfs"
 )
 
-// The server's tool relays are what the jail takes.
-var _ nsjail.ToolRelay = (*toolrelay.Relay)(nil)
+// The executor is the server's Runs, Envs and Artifacts, and the jails of
+// the session manager; the server's tool relays are what the jail takes.
+var (
+	_ server.Runs      = (*Executor)(nil)
+	_ server.Envs      = (*Executor)(nil)
+	_ server.Artifacts = (*Executor)(nil)
+	_ sessions.Jails   = (*Executor)(nil)
+	_ nsjail.ToolRelay = (*toolrelay.Relay)(nil)
+)
 
 // Config is what an Executor is built from: the daemon's objects, all
 // ready (the Runner already probed).
@@ -121,89 +130,122 @@ func (e *Executor) Close() error {
 // now.
 func (e *Executor) PrestartReady() int { return e.pool.Ready() }
 
-// Execute implements server.Executor.
-func (e *Executor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
-	// Network (and secrets), when asked for and within the operator's
-	// bound and grants: the proxy's socket is opened in the jail at the
-	// hand-over.
-	proxy, err := e.cfg.Egress.ForRun(id, callerUID(ctx), req.Network, req.Secrets)
+// Execute carries out run in a jail of its own (server.Runs): the path
+// of every run to its jail (prepare, take, launch), then its result.
+func (e *Executor) Execute(ctx context.Context, run *server.Run) (*api.Result, error) {
+	req := run.Request
+	p, err := e.prepare(ctx, run.ID, run.Owner.UID, req, req.Files, run.Limits)
 	if err != nil {
 		return nil, err
 	}
-	defer proxy.Close()
-	// The interpreter (the request's, else the script's requires-python)
-	// and the dependency environment, built on a miss.
-	py, env, err := e.deps.Resolve(ctx, e.store, req)
-	if err != nil {
-		return nil, err
+	defer p.release()
+	if run.Tools != nil {
+		p.spec.Runner.Tools = run.Tools // not part of the jail's shape
 	}
-	defer env.Release()
-	spec := e.spec(id, py, req, l, env)
-	if proxy != nil {
-		spec.Egress = proxy
-	}
-	if t := toolrelay.FromContext(ctx); t != nil {
-		spec.Runner.Tools = t // not part of the jail's shape
-	}
-	if spec.Files, err = inputFiles(req.Files); err != nil {
-		return nil, err
-	}
-	var j *nsjail.Jail
-	if e.pool != nil && spec.Shape() == e.defaultShape {
-		j = e.pool.Take(spec)
-	} else {
-		j = e.shapes.take(spec, py, req, l)
-	}
-	out, err := e.run(ctx, j, spec, onOutput)
+	var out *nsjail.Outcome
+	err = e.launch(ctx, p.spec, e.take(p, req, run.Limits), func(j *nsjail.Jail) (err error) {
+		if j != nil {
+			out, err = j.Launch(ctx, p.spec, run.Output)
+		} else {
+			out, err = e.runner.Run(ctx, p.spec, run.Output)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, FileError(err)
 	}
-	res := resultOf(out)
-	res.Denials = proxy.Close()
-	res.SecretUses = proxy.TakeSecretUses()
-	reportsOf(out.Runner, res)
-	e.collectRun(ctx, out, req, res)
-	res.Python = py.Version
-	res.Limits = &l
-	res.Environment = env.Result()
-	res.Phases.EnvUs = env.Micros()
+	res := e.Result(out)
+	res.Denials = p.proxy.Close()
+	res.SecretUses = p.proxy.TakeSecretUses()
+	e.collectRun(out, run.Owner.UID, req, res)
+	res.Python = p.py.Version
+	res.Limits = &run.Limits
+	res.Environment = p.env.Result()
+	res.Phases.EnvUs = p.env.Micros()
 	if out.Canceled && ctx.Err() != nil {
 		res.Error = api.Errorf(api.ErrCanceled, "", "the run was cancelled")
 	}
 	return res, nil
 }
 
-// callerUID is the uid of the request's caller, which the server put in
-// its context; without one, a uid that holds no grant.
-func callerUID(ctx context.Context) uint32 {
-	if p, ok := peercred.FromContext(ctx); ok {
-		return p.UID
-	}
-	return math.MaxUint32
+// prepared is a run on its way to a jail, one-shot or a session's: its
+// network proxy (nil without network), its interpreter and dependency
+// environment, and its spec with its input files.
+type prepared struct {
+	proxy *egress.Proxy
+	py    rootfs.Python
+	env   *deps.Attachment
+	spec  *nsjail.Spec
 }
 
-// run carries out spec in j, a prestarted jail that fits it, or without
-// one (nil) in a jail built for it now. A jail that fails before the program starts is
-// replaced once by a fresh one: nothing has run twice, and neither a
-// prestarted jail whose init died nor a rare failure of libcontainer's
-// start (seen once in CI, its nsexec stages losing their sync socket)
-// fails the request.
-func (e *Executor) run(ctx context.Context, j *nsjail.Jail, spec *nsjail.Spec, onOutput func(string, []byte)) (*nsjail.Outcome, error) {
-	var out *nsjail.Outcome
-	var err error
-	if j != nil {
-		out, err = j.Launch(ctx, spec, onOutput)
-	} else {
-		out, err = e.runner.Run(ctx, spec, onOutput)
+// prepare is the first step of every run, one-shot or a session's (id
+// names it, owner is the caller's uid): the network and the secrets it
+// asks for, within the operator's bound and grants (the proxy's socket is
+// opened in the jail at the hand-over), the interpreter (the request's, else the
+// script's requires-python) and the dependency environment, built on a
+// miss, and the spec under limits l with files decoded. Release what it
+// holds with release unless a session keeps it.
+func (e *Executor) prepare(ctx context.Context, id string, owner uint32, req *api.RunRequest, files []api.FileInput, l api.Limits) (*prepared, error) {
+	proxy, err := e.cfg.Egress.ForRun(id, owner, req.Network, req.Secrets)
+	if err != nil {
+		return nil, err
 	}
+	py, env, err := e.deps.Resolve(ctx, e.store, req)
+	if err != nil {
+		proxy.Close()
+		return nil, err
+	}
+	p := &prepared{proxy: proxy, py: py, env: env, spec: e.spec(id, py, req, l, env)}
+	if proxy != nil {
+		p.spec.Egress = proxy
+	}
+	if p.spec.Files, err = inputFiles(files); err != nil {
+		p.release()
+		return nil, err
+	}
+	return p, nil
+}
+
+// release gives up what p holds: the proxy and the environment's lease.
+func (p *prepared) release() {
+	p.proxy.Close()
+	p.env.Release()
+}
+
+// take is a jail of p's shape that waits ready (the default shape's pool,
+// or one another shape keeps), or nil when none does: the run then gets
+// one built for it. The one place that picks a prestarted jail.
+func (e *Executor) take(p *prepared, req *api.RunRequest, l api.Limits) *nsjail.Jail {
+	if e.pool != nil && p.spec.Shape() == e.defaultShape {
+		return e.pool.Take(p.spec)
+	}
+	return e.shapes.take(p.spec, p.py, req, l)
+}
+
+// launch starts spec in j, a prestarted jail that fits it, or with j nil
+// in a jail built for it now, by start (a run's launch, a session's
+// opening). A jail that fails before the program starts is replaced once
+// by a fresh one: nothing has run twice, and neither a prestarted jail
+// whose init died nor a rare failure of libcontainer's start (seen once
+// in CI, its nsexec stages losing their sync socket) fails the request.
+func (e *Executor) launch(ctx context.Context, spec *nsjail.Spec, j *nsjail.Jail, start func(j *nsjail.Jail) error) error {
+	err := start(j)
 	if !errors.Is(err, nsjail.ErrNotLaunched) || ctx.Err() != nil {
-		return out, err
+		return err
 	}
 	e.log.Warn("a jail could not be launched; building another", "run", spec.ID, "err", err)
-	return e.runner.Run(ctx, spec, onOutput)
+	return start(nil)
 }
 
-// resultOf maps a jail outcome to the contract's result object.
+// Result maps a jail's outcome to the contract's result object: for a run
+// and for a run in a session (sessions.Jails).
+func (e *Executor) Result(out *nsjail.Outcome) *api.Result {
+	res := resultOf(out)
+	reportsOf(out.Runner, res)
+	return res
+}
+
+// resultOf maps what the jail measured to the result object.
 func resultOf(out *nsjail.Outcome) *api.Result {
 	return &api.Result{
 		ExitCode:        out.ExitCode,
@@ -227,21 +269,14 @@ func resultOf(out *nsjail.Outcome) *api.Result {
 	}
 }
 
-// reportsOf copies what the runner reported into res: the contract's
-// value, exception and display, all validated by the runner package.
+// reportsOf puts what the runner reported into res: the contract's value,
+// exception and display, validated by the runner's Collector and of the
+// same types (package wire).
 func reportsOf(r *runner.Result, res *api.Result) {
 	if r == nil {
 		return
 	}
-	if v := r.Value; v != nil {
-		res.Value = &api.Value{Type: v.Type, Repr: v.Repr, JSON: v.JSON}
-	}
-	if x := r.Exception; x != nil {
-		res.Exception = &api.Exception{Type: x.Type, Message: x.Message, Traceback: x.Traceback, Line: x.Line}
-	}
-	for _, it := range r.Display {
-		res.Display = append(res.Display, api.DisplayItem{Data: it.Data, Metadata: it.Metadata})
-	}
+	res.Value, res.Exception, res.Display = r.Value, r.Exception, r.Display
 }
 
 // spec describes the run of req on py under limits l with the dependency
@@ -282,7 +317,7 @@ func (e *Executor) spec(id string, py rootfs.Python, req *api.RunRequest, l api.
 	return spec
 }
 
-// Info implements server.Executor.
+// Info describes the executor's side of the daemon (server.Runs).
 func (e *Executor) Info() api.Info {
 	deps := e.deps.Info()
 	info := api.Info{
@@ -319,10 +354,10 @@ func (e *Executor) Info() api.Info {
 	return info
 }
 
-// Envs implements server.EnvManager.
+// Envs lists the cached environments (server.Envs).
 func (e *Executor) Envs(ctx context.Context) (*api.EnvList, error) { return e.deps.List(), nil }
 
-// BuildEnv implements server.EnvManager. An environment with a preload
+// BuildEnv builds an environment ahead of its runs (server.Envs). An environment with a preload
 // list also gets a prestarted jail of the shape its runs take with the
 // default limits, as a first run would give it: its first run finds the
 // modules imported. It decays like any other when no run comes.
@@ -342,7 +377,7 @@ func (e *Executor) BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api
 	return res, nil
 }
 
-// RemoveEnv implements server.EnvManager.
+// RemoveEnv deletes an environment (server.Envs).
 func (e *Executor) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error) {
 	// Waiting jails hold their environments; the next run of their shape
 	// starts them again.
@@ -350,7 +385,7 @@ func (e *Executor) RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResu
 	return e.deps.Remove(id)
 }
 
-// PruneEnvs implements server.EnvManager.
+// PruneEnvs deletes every environment no run holds (server.Envs).
 func (e *Executor) PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error) {
 	e.shapes.dropEnvironments()
 	return e.deps.Prune()

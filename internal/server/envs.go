@@ -7,27 +7,9 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 )
 
-// EnvManager is the daemon's side of the dependency environment API. An
-// Executor that implements it gets the routes of registerEnvs; errors are
-// classified with api's error classes, as for Execute.
-type EnvManager interface {
-	// Envs lists the cached environments.
-	Envs(ctx context.Context) (*api.EnvList, error)
-	// BuildEnv builds an environment ahead of time, or finds it.
-	BuildEnv(ctx context.Context, req *api.EnvBuildRequest) (*api.EnvBuildResult, error)
-	// RemoveEnv deletes one environment (api.ErrNotFound, api.ErrInUse).
-	RemoveEnv(ctx context.Context, id string) (*api.EnvRemoveResult, error)
-	// PruneEnvs deletes every environment no run holds.
-	PruneEnvs(ctx context.Context) (*api.EnvRemoveResult, error)
-}
-
-// registerEnvs adds the environment routes when the executor manages
-// environments.
+// registerEnvs adds the environment routes.
 func (s *Server) registerEnvs(mux *http.ServeMux) {
-	em, ok := s.exec.(EnvManager)
-	if !ok {
-		return
-	}
+	em := s.svc.Envs
 	mux.HandleFunc("GET "+api.PathEnvs, func(w http.ResponseWriter, r *http.Request) {
 		list, err := em.Envs(r.Context())
 		s.writeReply(w, r, list, err)

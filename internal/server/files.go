@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -23,47 +22,15 @@ import (
 // are served to the uids that produced them; a session's /work is read
 // and written file by file.
 
-// ArtifactStore is an Executor that keeps what runs produce. Any artifact
-// the uid did not produce is api.ErrNotFound, in the words of one that
-// does not exist.
-type ArtifactStore interface {
-	OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error)
-}
-
-// ArtifactUsage is an ArtifactStore that tells what a uid's artifacts
-// count against the store's quota (bytes, artifacts). Info then shows
-// a caller other than root its own figures, not everyone's: no uid
-// learns from them what the others keep.
-type ArtifactUsage interface {
-	ArtifactUsage(uid uint32) (bytes int64, files int)
-}
-
 // callerFiles puts the caller's own figures of the artifact store into
 // info, for any caller but root.
 func (s *Server) callerFiles(info *api.Info, peer peercred.Peer) {
-	au, ok := s.exec.(ArtifactUsage)
-	if !ok || info.Files == nil || peer.UID == 0 {
+	if info.Files == nil || peer.UID == 0 {
 		return
 	}
 	f := *info.Files
-	f.StoreUsedBytes, f.StoreFiles = au.ArtifactUsage(peer.UID)
+	f.StoreUsedBytes, f.StoreFiles = s.svc.Artifacts.ArtifactUsage(peer.UID)
 	info.Files = &f
-}
-
-// SessionFileManager is a SessionManager whose sessions' /work can be
-// read and written one file at a time. Paths are checked by the server
-// (api.CheckFilePath).
-type SessionFileManager interface {
-	// ReadSessionFile copies the file at path to the writer begin
-	// returns, once its size is known.
-	ReadSessionFile(ctx context.Context, owner peercred.Peer, id, path string, begin func(size int64) (io.Writer, error)) error
-	// CanPutSessionFile says, before the body of a PUT is read, what
-	// PutSessionFile would refuse now for a file of size bytes (-1: not
-	// known): an unknown or another uid's session, a lost or busy one,
-	// one whose /work cannot hold it.
-	CanPutSessionFile(ctx context.Context, owner peercred.Peer, id string, size int64) error
-	// PutSessionFile writes data at path, between the session's runs.
-	PutSessionFile(ctx context.Context, owner peercred.Peer, id, path string, data []byte) error
 }
 
 // requestBytes is the largest body of a request that may carry files.
@@ -97,19 +64,14 @@ func (s *Server) observeFile(op record.FileOp) {
 	}
 }
 
-// registerFiles adds the routes of artifacts and session files, for
-// executors that have them.
+// registerFiles adds the routes of artifacts and session files.
 func (s *Server) registerFiles(mux *http.ServeMux) {
-	if as, ok := s.exec.(ArtifactStore); ok {
-		mux.HandleFunc("GET "+api.PathArtifacts+"/{sha256}", func(w http.ResponseWriter, r *http.Request) {
-			s.getArtifact(w, r, as)
-		})
-	}
-	if fm, ok := s.exec.(SessionFileManager); ok {
-		route := api.PathSessions + "/{id}/" + api.SessionFilesDir + "/{path...}"
-		mux.HandleFunc("GET "+route, func(w http.ResponseWriter, r *http.Request) { s.getSessionFile(w, r, fm) })
-		mux.HandleFunc("PUT "+route, func(w http.ResponseWriter, r *http.Request) { s.putSessionFile(w, r, fm) })
-	}
+	mux.HandleFunc("GET "+api.PathArtifacts+"/{sha256}", func(w http.ResponseWriter, r *http.Request) {
+		s.getArtifact(w, r, s.svc.Artifacts)
+	})
+	route := api.PathSessions + "/{id}/" + api.SessionFilesDir + "/{path...}"
+	mux.HandleFunc("GET "+route, func(w http.ResponseWriter, r *http.Request) { s.getSessionFile(w, r, s.svc.Files) })
+	mux.HandleFunc("PUT "+route, func(w http.ResponseWriter, r *http.Request) { s.putSessionFile(w, r, s.svc.Files) })
 }
 
 // An answer that sends a file (an artifact, a session's file) must end in
@@ -169,7 +131,7 @@ func (s *storeReader) Read(p []byte) (int, error) {
 
 // getArtifact streams an artifact to a uid that produced it, within
 // fileAnswer's time.
-func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as ArtifactStore) {
+func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, as Artifacts) {
 	peer, _ := PeerFrom(r.Context())
 	sum := r.PathValue("sha256")
 	op := record.FileOp{Peer: peer, Op: record.ArtifactGet, SHA256: sum, Started: time.Now()}
@@ -217,7 +179,7 @@ func sessionPath(r *http.Request) (string, *api.Error) {
 // answer short of it, so that no client takes part of it for the whole.
 // The answer has fileAnswer's time: the session's /work, which the read
 // holds open, is let go when it is over, read or not.
-func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
+func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFiles) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
 	op := record.FileOp{Peer: peer, Op: record.FileGet, Session: id, Started: time.Now()}
@@ -271,7 +233,7 @@ func (s *Server) getSessionFile(w http.ResponseWriter, r *http.Request, fm Sessi
 // costs nothing. The body is read into one buffer of its size, within
 // the bytes and the time every request body has (bodies.go), then handed
 // down as it is: the session's runner takes it a frame at a time.
-func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFileManager) {
+func (s *Server) putSessionFile(w http.ResponseWriter, r *http.Request, fm SessionFiles) {
 	peer, _ := PeerFrom(r.Context())
 	id := r.PathValue("id")
 	op := record.FileOp{Peer: peer, Op: record.FilePut, Session: id, Started: time.Now()}

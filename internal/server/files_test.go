@@ -87,7 +87,7 @@ func TestFilesGrowTheBodyOfRunsOnly(t *testing.T) {
 	cfg := Config{Files: fileCaps}
 	c, stop := serve(t, exec, cfg)
 	defer stop()
-	if s := New(cfg, exec); s.requestBytes() <= api.MaxRequestBytes+fileCaps.InBytes {
+	if s := newServer(t, cfg, exec); s.requestBytes() <= api.MaxRequestBytes+fileCaps.InBytes {
 		t.Fatalf("request bytes %d", s.requestBytes())
 	}
 	data := strings.Repeat("\x00\x01", 5<<19) // 5 MiB, about 6.7 MiB as base64
@@ -208,6 +208,8 @@ type artExec struct {
 	asked []uint32
 }
 
+func (a *artExec) ArtifactUsage(uint32) (int64, int) { return 0, 0 }
+
 func (a *artExec) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error) {
 	a.asked = append(a.asked, uid)
 	if sum != strings.Repeat("a", 64) || uid != a.owner {
@@ -257,6 +259,8 @@ type answerFiles struct {
 	size               int64
 	artifact, sessFile chan struct{}
 }
+
+func (a *answerFiles) ArtifactUsage(uint32) (int64, int) { return 0, 0 }
 
 func (a *answerFiles) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, error) {
 	return &heldFile{Reader: io.LimitReader(zeros{}, a.size), closed: a.artifact}, a.size, nil
@@ -362,17 +366,21 @@ func (*usageExec) Info() api.Info {
 
 func (*usageExec) ArtifactUsage(uid uint32) (int64, int) { return int64(uid), 1 }
 
+func (*usageExec) OpenArtifact(uint32, string) (io.ReadCloser, int64, error) {
+	return nil, 0, api.Errorf(api.ErrNotFound, "sha256", "none")
+}
+
 // TestInfoShowsTheCallersArtifacts: a caller other than root is told
 // what its own artifacts count against the store's quota, not everyone's;
 // root is told the totals.
 func TestInfoShowsTheCallersArtifacts(t *testing.T) {
-	s := New(Config{}, &usageExec{})
-	info := s.exec.Info()
+	s := newServer(t, Config{}, &usageExec{})
+	info := s.svc.Runs.Info()
 	s.callerFiles(&info, peercred.Peer{UID: 1000})
 	if f := info.Files; f.StoreUsedBytes != 1000 || f.StoreFiles != 1 || f.StoreBytes != 1<<30 {
 		t.Errorf("uid 1000: %+v", f)
 	}
-	info = s.exec.Info()
+	info = s.svc.Runs.Info()
 	s.callerFiles(&info, peercred.Peer{UID: 0})
 	if f := info.Files; f.StoreUsedBytes != 5000 || f.StoreFiles != 5 {
 		t.Errorf("root: %+v", f)

@@ -2,7 +2,7 @@
 // checks every caller's peer credentials, decodes and validates requests,
 // admits runs through a bounded queue, streams or returns results, and maps
 // error classes to HTTP statuses and the result's error.type. It does not
-// run anything itself: an Executor does.
+// run anything itself: the Services it is built with do (services.go).
 package server
 
 import (
@@ -23,18 +23,6 @@ import (
 	"github.com/cellblock/cellblock/internal/record"
 	"github.com/cellblock/cellblock/internal/toolrelay"
 )
-
-// Executor carries out validated runs. The daemon's executor puts them in
-// jails; unit tests of this package use a stand-in.
-type Executor interface {
-	// Execute carries out one run with the given limits. onOutput, if not
-	// nil, receives output while the program runs. Errors are classified
-	// with api's error classes (api.Errorf, api.Wrap, or a class wrapped
-	// with %w); anything unclassified is an internal error.
-	Execute(ctx context.Context, id string, req *api.RunRequest, limits api.Limits, onOutput func(stream string, p []byte)) (*api.Result, error)
-	// Info describes the executor's side of the daemon.
-	Info() api.Info
-}
 
 // Config configures a Server.
 type Config struct {
@@ -73,7 +61,7 @@ type Config struct {
 // Server is the API. Create it with New and serve with Serve.
 type Server struct {
 	cfg   Config
-	exec  Executor
+	svc   Services
 	log   *slog.Logger
 	admit *admission
 	// runs is the context of every run; cancelled to kill runs in flight
@@ -92,8 +80,11 @@ type Server struct {
 	bodies byteBudget
 }
 
-// New returns a server for exec.
-func New(cfg Config, exec Executor) *Server {
+// New returns a server of svc, every one of which is required.
+func New(cfg Config, svc Services) (*Server, error) {
+	if err := svc.check(); err != nil {
+		return nil, err
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -106,14 +97,14 @@ func New(cfg Config, exec Executor) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:        cfg,
-		exec:       exec,
+		svc:        svc,
 		log:        cfg.Log,
 		admit:      newAdmission(cfg.MaxConcurrent, cfg.QueueSize),
 		runs:       ctx,
 		cancelRuns: cancel,
 		draining:   make(chan struct{}),
 		tools:      toolrelay.NewRegistry(),
-	}
+	}, nil
 }
 
 // Handler returns the API's HTTP handler.
@@ -266,7 +257,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
-	info := s.exec.Info()
+	info := s.svc.Runs.Info()
 	info.Defaults = s.cfg.Defaults
 	info.Maxima = s.cfg.Maxima
 	info.MaxConcurrent = s.cfg.MaxConcurrent
@@ -342,7 +333,8 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		sw = newStreamWriter(w, cancel)
 		onOutput = sw.output
 	}
-	res, err := s.execute(tools.open(ctx, s, id, peer, sw), peer, id, req, limits, onOutput)
+	run := &Run{ID: id, Owner: peer, Request: req, Limits: limits, Output: onOutput, Tools: tools.open(s, id, peer, sw)}
+	res, err := s.execute(ctx, run)
 	switch {
 	case err == nil:
 	case r.Context().Err() != nil:

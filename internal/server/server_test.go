@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -29,7 +30,8 @@ type fakeExecutor struct {
 	calls   int
 }
 
-func (f *fakeExecutor) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+func (f *fakeExecutor) Execute(ctx context.Context, run *Run) (*api.Result, error) {
+	req, onOutput := run.Request, run.Output
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
@@ -57,7 +59,89 @@ func (f *fakeExecutor) Info() api.Info { return api.Info{Version: "test"} }
 
 var testLimits = api.Limits{TimeoutMs: 1000, MemoryBytes: 64 << 20, Pids: 16, CPUs: 1, OutputBytes: 1024, TmpBytes: 1 << 20}
 
-func serve(t *testing.T, exec Executor, cfg Config) (*client.Client, func()) {
+// services are the services of x for a test: each that x is, and for the
+// others a stand-in that refuses everything.
+func services(x any) Services {
+	svc := Services{Runs: refuse{}, Sessions: refuse{}, Envs: refuse{}, Artifacts: refuse{}, Files: refuse{}}
+	if v, ok := x.(Runs); ok {
+		svc.Runs = v
+	}
+	if v, ok := x.(Sessions); ok {
+		svc.Sessions = v
+	}
+	if v, ok := x.(Envs); ok {
+		svc.Envs = v
+	}
+	if v, ok := x.(Artifacts); ok {
+		svc.Artifacts = v
+	}
+	if v, ok := x.(SessionFiles); ok {
+		svc.Files = v
+	}
+	return svc
+}
+
+// newServer is New with the services of x, failing the test on an error.
+func newServer(t *testing.T, cfg Config, x any) *Server {
+	t.Helper()
+	s, err := New(cfg, services(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// refuse is every service, refusing everything: the services a test does
+// not use.
+type refuse struct{}
+
+var errRefused = api.Errorf(api.ErrUnavailable, "", "not in this test")
+
+func (refuse) Execute(context.Context, *Run) (*api.Result, error) { return nil, errRefused }
+func (refuse) Info() api.Info                                     { return api.Info{} }
+func (refuse) CreateSession(context.Context, peercred.Peer, *api.SessionRequest, api.Limits) (*api.Session, error) {
+	return nil, errRefused
+}
+func (refuse) Sessions(context.Context, peercred.Peer) (*api.SessionList, error) {
+	return nil, errRefused
+}
+func (refuse) Session(context.Context, peercred.Peer, string) (*api.Session, error) {
+	return nil, errRefused
+}
+func (refuse) DeleteSession(context.Context, peercred.Peer, string) error { return errRefused }
+func (refuse) RunInSession(context.Context, *Run) (*api.Result, error)    { return nil, errRefused }
+func (refuse) Envs(context.Context) (*api.EnvList, error)                 { return nil, errRefused }
+func (refuse) BuildEnv(context.Context, *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
+	return nil, errRefused
+}
+func (refuse) RemoveEnv(context.Context, string) (*api.EnvRemoveResult, error) {
+	return nil, errRefused
+}
+func (refuse) PruneEnvs(context.Context) (*api.EnvRemoveResult, error) { return nil, errRefused }
+func (refuse) OpenArtifact(uint32, string) (io.ReadCloser, int64, error) {
+	return nil, 0, api.Errorf(api.ErrNotFound, "sha256", "no artifact")
+}
+func (refuse) ArtifactUsage(uint32) (int64, int) { return 0, 0 }
+func (refuse) ReadSessionFile(context.Context, peercred.Peer, string, string, func(int64) (io.Writer, error)) error {
+	return errRefused
+}
+func (refuse) CanPutSessionFile(context.Context, peercred.Peer, string, int64) error {
+	return errRefused
+}
+func (refuse) PutSessionFile(context.Context, peercred.Peer, string, string, []byte) error {
+	return errRefused
+}
+
+// TestNewNeedsEveryService: a missing service is an error naming it.
+func TestNewNeedsEveryService(t *testing.T) {
+	svc := services(&fakeExecutor{})
+	svc.Envs, svc.Files = nil, nil
+	if _, err := New(Config{}, svc); err == nil || !strings.Contains(err.Error(), "Envs, Files") {
+		t.Errorf("New without Envs and Files: %v", err)
+	}
+}
+
+func serve(t *testing.T, exec any, cfg Config) (*client.Client, func()) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", sock)
@@ -72,7 +156,7 @@ func serve(t *testing.T, exec Executor, cfg Config) (*client.Client, func()) {
 		me := uint32(os.Getuid())
 		cfg.Allowed = func(p peercred.Peer) bool { return p.UID == me }
 	}
-	s := New(cfg, exec)
+	s := newServer(t, cfg, exec)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln, time.Second) }()
@@ -208,7 +292,7 @@ func TestDrainRefusesNewRunsAndKillsAfterGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := uint32(os.Getuid())
-	s := New(Config{Defaults: testLimits, Maxima: testLimits, MaxConcurrent: 2, QueueSize: 2,
+	s := newServer(t, Config{Defaults: testLimits, Maxima: testLimits, MaxConcurrent: 2, QueueSize: 2,
 		Allowed: func(p peercred.Peer) bool { return p.UID == me }}, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -5,41 +5,11 @@ import (
 	"net/http"
 
 	"github.com/cellblock/cellblock/internal/api"
-	"github.com/cellblock/cellblock/internal/peercred"
 )
 
-// SessionManager is the daemon's side of the session API. An Executor that
-// implements it gets the routes of registerSessions, and runs that name a
-// session go to RunInSession instead of Execute. The caller's peer is
-// passed to every method: a session belongs to the uid that created it,
-// and any other uid but root gets api.ErrSessionNotFound for it, exactly
-// as for an id that never existed. Root may list, show and delete it (and
-// read its files), but only the owner runs code in it or writes files to
-// it: root is told api.ErrForbidden. Errors are classified with api's
-// error classes, as for Execute.
-type SessionManager interface {
-	// CreateSession starts a session for owner with req's settings and
-	// limits (already resolved against the daemon's defaults and
-	// maxima; their TimeoutMs and OutputBytes are unused).
-	CreateSession(ctx context.Context, owner peercred.Peer, req *api.SessionRequest, limits api.Limits) (*api.Session, error)
-	// Sessions lists the sessions owner may see.
-	Sessions(ctx context.Context, owner peercred.Peer) (*api.SessionList, error)
-	// Session describes one.
-	Session(ctx context.Context, owner peercred.Peer, id string) (*api.Session, error)
-	// DeleteSession ends one, killing a run in progress in it.
-	DeleteSession(ctx context.Context, owner peercred.Peer, id string) error
-	// RunInSession carries out req (req.Session names the session) with
-	// the run's own limits (timeout, output); see Executor.Execute.
-	RunInSession(ctx context.Context, owner peercred.Peer, runID string, req *api.RunRequest, limits api.Limits, onOutput func(stream string, p []byte)) (*api.Result, error)
-}
-
-// registerSessions adds the session routes when the executor manages
-// sessions.
+// registerSessions adds the session routes.
 func (s *Server) registerSessions(mux *http.ServeMux) {
-	sm, ok := s.exec.(SessionManager)
-	if !ok {
-		return
-	}
+	sm := s.svc.Sessions
 	mux.HandleFunc("POST "+api.PathSessions, func(w http.ResponseWriter, r *http.Request) {
 		peer, _ := PeerFrom(r.Context())
 		if s.isDraining() {
@@ -91,15 +61,11 @@ func (s *Server) registerSessions(mux *http.ServeMux) {
 	})
 }
 
-// execute carries out a validated run: in its session when it names one
-// (and the executor has sessions), else in a jail of its own.
-func (s *Server) execute(ctx context.Context, peer peercred.Peer, id string, req *api.RunRequest, limits api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
-	if req.Session == "" {
-		return s.exec.Execute(ctx, id, req, limits, onOutput)
+// execute carries out a validated run: in its session when it names one,
+// else in a jail of its own.
+func (s *Server) execute(ctx context.Context, run *Run) (*api.Result, error) {
+	if run.Request.Session == "" {
+		return s.svc.Runs.Execute(ctx, run)
 	}
-	sm, ok := s.exec.(SessionManager)
-	if !ok {
-		return nil, api.SessionNotFound(req.Session, "this daemon keeps no sessions")
-	}
-	return sm.RunInSession(ctx, peer, id, req, limits, onOutput)
+	return s.svc.Sessions.RunInSession(ctx, run)
 }

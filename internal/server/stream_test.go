@@ -16,7 +16,8 @@ import (
 // spewer's runs write output until they are cancelled.
 type spewer struct{ canceled chan string }
 
-func (s *spewer) Execute(ctx context.Context, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+func (s *spewer) Execute(ctx context.Context, run *Run) (*api.Result, error) {
+	id, req, onOutput := run.ID, run.Request, run.Output
 	if req.Code != "spew" {
 		return &api.Result{Stdout: "ran", Phases: &api.Phases{}}, nil
 	}

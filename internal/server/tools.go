@@ -55,8 +55,8 @@ func (s *Server) handleToolAnswer(w http.ResponseWriter, r *http.Request) {
 }
 
 // runTools is what handleRun does for a run's tools: Prepare checks
-// them; open starts the relay, which the executor finds in the context;
-// finish puts the calls into the result and the record.
+// them; open starts the relay, which the run carries (Run.Tools) to the
+// jail; finish puts the calls into the result and the record.
 type runTools struct {
 	tools *toolrelay.Tools
 	relay *toolrelay.Relay
@@ -89,14 +89,14 @@ func (s *Server) prepareTools(req *api.RunRequest) (*runTools, *api.Error) {
 	return &runTools{tools: tools}, nil
 }
 
-// open starts the relay of run id, whose calls go to sw, and returns the
-// context the executor gets it in. Nil-safe.
-func (t *runTools) open(ctx context.Context, s *Server, id string, peer peercred.Peer, sw *streamWriter) context.Context {
+// open starts the relay of run id, whose calls go to sw, and returns it;
+// nil for a run without tools. Nil-safe.
+func (t *runTools) open(s *Server, id string, peer peercred.Peer, sw *streamWriter) *toolrelay.Relay {
 	if t == nil {
-		return ctx
+		return nil
 	}
 	t.relay = s.tools.Open(t.tools, id, peer, func(ctx context.Context, c api.ToolCall) error { return sw.toolCall(ctx, id, c) }, s.log)
-	return toolrelay.NewContext(ctx, t.relay)
+	return t.relay
 }
 
 // finish ends the relay and reports its calls in res and rec. Nil-safe.

@@ -36,7 +36,7 @@ var addTool = api.Tool{Name: "add", Description: "Add two numbers.",
 
 // addRun calls add(x=2, y=3) and prints what came back.
 func addRun(ctx context.Context, req *api.RunRequest, emit func(string, string)) (*api.Result, error) {
-	res, err := servertest.CallTool(ctx, "add", map[string]int{"x": 2, "y": 3})
+	res, err := servertest.CallTool(ctx, req, "add", map[string]int{"x": 2, "y": 3})
 	if err != nil {
 		return &api.Result{Stdout: "ToolError: " + err.Error(), ExitCode: 1, Phases: &api.Phases{}}, nil
 	}

@@ -17,15 +17,7 @@ import (
 // meanwhile); what a run writes under /work/out and did not find there
 // as it is comes back with its result; any file of /work can be read.
 
-// FileInterp is an Interp whose /work takes files (an *nsjail.Session).
-type FileInterp interface {
-	// Work is the session's /work, open; readers clone it.
-	Work() *workdir.Dir
-	// PutFiles writes files under /work through the runner.
-	PutFiles(ctx context.Context, files []nsjail.InputFile) error
-}
-
-// Files is what moves files in and out of sessions (the executor's).
+// Files is what moves files in and out of sessions (part of Jails).
 type Files interface {
 	// Inputs decodes a request's files.
 	Inputs(files []api.FileInput) ([]nsjail.InputFile, error)
@@ -40,40 +32,27 @@ type Files interface {
 	ReadWorkFile(w *workdir.Dir, p string, begin func(size int64) (io.Writer, error)) error
 }
 
-// fileInterp is e's interpreter when it takes files and the manager can
-// move them; nil otherwise.
-func (m *Manager) fileInterp(e *entry) FileInterp {
-	fi, ok := e.opened.Interp.(FileInterp)
-	if !ok || m.cfg.Files == nil {
-		return nil
-	}
-	return fi
-}
-
 // putFiles writes a run's (or a PUT's) files into e, which the caller
 // marked busy; field names the request's field for errors. It checks
 // the files against the caps and the session's tmp size first.
-func (m *Manager) putFiles(ctx context.Context, e *entry, fi FileInterp, files []api.FileInput, field string) error {
-	if fi == nil {
-		return api.Errorf(api.ErrBadRequest, field, "this session cannot take files")
-	}
+func (m *Manager) putFiles(ctx context.Context, e *entry, files []api.FileInput, field string) error {
 	if _, aerr := api.CheckFileCaps(files, m.cfg.FileCaps, e.limits.TmpBytes); aerr != nil {
 		if field != "files" {
 			aerr.Field = field
 		}
 		return aerr
 	}
-	in, err := m.cfg.Files.Inputs(files)
+	in, err := m.cfg.Jails.Inputs(files)
 	if err != nil {
 		return err
 	}
-	return m.writeFiles(ctx, e, fi, in, field)
+	return m.writeFiles(ctx, e, in, field)
 }
 
 // writeFiles writes files, checked, into e, which the caller marked busy,
 // and classifies what went wrong, naming field.
-func (m *Manager) writeFiles(ctx context.Context, e *entry, fi FileInterp, in []nsjail.InputFile, field string) error {
-	err := fi.PutFiles(ctx, in)
+func (m *Manager) writeFiles(ctx context.Context, e *entry, in []nsjail.InputFile, field string) error {
+	err := e.opened.Interp.PutFiles(ctx, in)
 	if errors.Is(err, nsjail.ErrSessionLost) || err != nil && e.opened.Interp.Lost() {
 		m.mu.Lock()
 		first := m.markLost(e)
@@ -93,7 +72,7 @@ func (m *Manager) writeFiles(ctx context.Context, e *entry, fi FileInterp, in []
 		return api.Errorf(api.ErrSessionLost, "session", "session %q was lost while its files were written (%s): its variables are gone; delete it and create another", e.id, fe.Message)
 	}
 	if err != nil {
-		return m.cfg.Files.InputError(err, field)
+		return m.cfg.Jails.InputError(err, field)
 	}
 	return nil
 }
@@ -106,8 +85,6 @@ func (m *Manager) refusePut(e *entry, size int64) error {
 		return api.Errorf(api.ErrSessionLost, "session", "session %q lost its interpreter: it takes no files; delete it and create another", e.id)
 	case e.busy:
 		return api.Errorf(api.ErrSessionBusy, "session", "a run is in progress in session %q; write its files between runs", e.id)
-	case m.fileInterp(e) == nil:
-		return api.Errorf(api.ErrBadRequest, "path", "this session cannot take files")
 	case size > m.cfg.FileCaps.InBytes:
 		return api.Errorf(api.ErrOverLimit, "path", "is %d bytes; the most a request may carry is %d", size, m.cfg.FileCaps.InBytes)
 	case size > e.limits.TmpBytes:
@@ -159,10 +136,9 @@ func (m *Manager) PutSessionFile(ctx context.Context, caller peercred.Peer, id, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	e.cancelRun = cancel
-	fi := m.fileInterp(e)
 	m.mu.Unlock()
 
-	err := m.writeFiles(ctx, e, fi, []nsjail.InputFile{{Path: p, Data: data}}, "path")
+	err := m.writeFiles(ctx, e, []nsjail.InputFile{{Path: p, Data: data}}, "path")
 
 	m.mu.Lock()
 	e.busy = false
@@ -187,10 +163,7 @@ func (m *Manager) ReadSessionFile(ctx context.Context, caller peercred.Peer, id,
 		m.mu.Unlock()
 		return aerr
 	}
-	fi := m.fileInterp(e)
+	work := e.opened.Interp.Work()
 	m.mu.Unlock()
-	if fi == nil {
-		return api.Errorf(api.ErrNotFound, "path", "this session's files cannot be read")
-	}
-	return m.cfg.Files.ReadWorkFile(fi.Work(), p, begin)
+	return m.cfg.Jails.ReadWorkFile(work, p, begin)
 }

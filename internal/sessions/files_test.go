@@ -97,15 +97,12 @@ func boolStr(b bool) string {
 // log of what they did.
 func newFilesHarness(t *testing.T) (*harness, *fakeFiles, *[]string, func(id string) *filesInterp) {
 	files := &fakeFiles{}
-	h := newHarness(t, Config{Files: files, FileCaps: api.FileCaps{InCount: 4, InBytes: 100}})
+	h := newHarness(t, Config{FileCaps: api.FileCaps{InCount: 4, InBytes: 100}})
+	h.files = files
 	var log []string
 	made := map[string]*filesInterp{}
 	var mu sync.Mutex
-	h.m.cfg.Open = func(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*Opened, error) {
-		o, err := h.open(ctx, id, req, l)
-		if err != nil {
-			return nil, err
-		}
+	h.wrap = func(id string, o *Opened) *Opened {
 		fi := &filesInterp{fakeInterp: o.Interp.(*fakeInterp), log: &log}
 		fi.run = func(ctx context.Context, f *fakeInterp, r *nsjail.SessionRun) (*nsjail.Outcome, error) {
 			f.mu.Lock()
@@ -117,7 +114,7 @@ func newFilesHarness(t *testing.T) (*harness, *fakeFiles, *[]string, func(id str
 		made[id] = fi
 		mu.Unlock()
 		o.Interp = fi
-		return o, nil
+		return o
 	}
 	return h, files, &log, func(id string) *filesInterp {
 		mu.Lock()
@@ -134,7 +131,7 @@ func TestSessionRunFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := h.m.RunInSession(context.Background(), alice, "r1", &api.RunRequest{Session: s.ID, Code: "plot()",
+	res, err := runIn(h.m, context.Background(), alice, "r1", &api.RunRequest{Session: s.ID, Code: "plot()",
 		Files: []api.FileInput{{Path: "a.csv", Content: "1,2"}}, ReturnFiles: api.ReturnFilesInline}, api.Limits{TimeoutMs: 1000}, nil)
 	if err != nil || res.Error != nil {
 		t.Fatalf("%+v %v", res, err)
@@ -151,7 +148,7 @@ func TestSessionRunFiles(t *testing.T) {
 		{{Path: "a", Content: strings.Repeat("x", 101)}},
 		{{Path: "a"}, {Path: "b"}, {Path: "c"}, {Path: "d"}, {Path: "e"}},
 	} {
-		_, err := h.m.RunInSession(context.Background(), alice, "r2", &api.RunRequest{Session: s.ID, Code: "x", Files: f}, api.Limits{TimeoutMs: 1000}, nil)
+		_, err := runIn(h.m, context.Background(), alice, "r2", &api.RunRequest{Session: s.ID, Code: "x", Files: f}, api.Limits{TimeoutMs: 1000}, nil)
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Type != api.ErrOverLimit || ae.Field != "files" {
 			t.Errorf("past the caps: %v", err)

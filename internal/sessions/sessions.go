@@ -11,7 +11,9 @@
 // (per uid and in all), ends them after their idle timeout or maximum
 // lifetime, and remembers for a while why a session ended, so that its
 // owner is told (expired, deleted, restarted) rather than handed a fresh
-// interpreter. It does not build jails (Opener does) and does not listen.
+// interpreter. It is the server's Sessions and Files. It does not build
+// jails (its Jails, the daemon's runs, do: a session is a long-lived run
+// on the path of every run) and does not listen.
 package sessions
 
 import (
@@ -28,7 +30,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
-	"github.com/cellblock/cellblock/internal/toolrelay"
+	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/runner"
 	"github.com/cellblock/cellblock/nsjail/workdir"
@@ -41,9 +43,27 @@ type Interp interface {
 	Lost() bool
 	Variables() ([]runner.Variable, bool)
 	MemoryUsage() int64
+	// Work is the session's /work, open (nil when the daemon could not
+	// open it); readers clone it.
+	Work() *workdir.Dir
+	// PutFiles writes files under /work through the runner.
+	PutFiles(ctx context.Context, files []nsjail.InputFile) error
 }
 
-// Opened is what an Opener made for a session.
+// Jails are what the manager needs of the daemon's runs (runs.Executor):
+// the jail of a new session, opened on the path of every run, the result
+// of a run's outcome, and files in and out of a session's /work.
+type Jails interface {
+	// OpenSession builds the jail of session id, owned by uid owner, for
+	// req under limits l.
+	OpenSession(ctx context.Context, id string, owner uint32, req *api.SessionRequest, l api.Limits) (*Opened, error)
+	// Result maps a run's outcome to the result object.
+	Result(out *nsjail.Outcome) *api.Result
+	Files
+}
+
+// Opened is a session's jail, open, with what the session holds for it
+// (Jails.OpenSession).
 type Opened struct {
 	Interp      Interp
 	Python      string
@@ -57,12 +77,6 @@ type Opened struct {
 	Denials    func() []api.Denial
 	SecretUses func() []api.SecretUse
 }
-
-// Opener builds a session's jail (the daemon's executor).
-type Opener func(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*Opened, error)
-
-// Resulter maps a session run's outcome to the result object.
-type Resulter func(out *nsjail.Outcome) *api.Result
 
 // Defaults of Config.
 const (
@@ -83,13 +97,12 @@ type Config struct {
 	// MaxIdle is the longest idle timeout a request may ask for;
 	// MaxLifetime ends a session however busy it was.
 	MaxIdle, MaxLifetime time.Duration
-	// Reports caps what a run's runner may send back.
-	Reports runner.Limits
-	Open    Opener
-	Result  Resulter
-	// Files moves files in and out of sessions' /work; nil: none move.
+	// Off turns sessions off (--max-sessions 0): creating one is refused,
+	// and there are none to list, run in or read.
+	Off bool
+	// Jails opens the sessions' jails. Required.
+	Jails Jails
 	// FileCaps are the caps on files in (the server's).
-	Files    Files
 	FileCaps api.FileCaps
 	// Event, if set, is told "created", "expired", "deleted", "lost" and
 	// "ended" (shutdown), once per session and event.
@@ -97,7 +110,7 @@ type Config struct {
 	Log   *slog.Logger
 }
 
-// Manager keeps the sessions. Its methods implement server.SessionManager.
+// Manager keeps the sessions: the server's Sessions and Files.
 type Manager struct {
 	cfg  Config
 	boot string // in every id: tells a previous daemon's ids apart
@@ -136,8 +149,8 @@ type tomb struct {
 
 // New starts a Manager; Close it to end every session.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Open == nil || cfg.Result == nil {
-		return nil, errors.New("sessions: Open and Result are required")
+	if cfg.Jails == nil {
+		return nil, errors.New("sessions: Jails is required")
 	}
 	if cfg.MaxTotal <= 0 {
 		cfg.MaxTotal = DefaultMaxTotal
@@ -277,8 +290,11 @@ func (m *Manager) expiry(e *entry, now time.Time) string {
 	return fmt.Sprintf("it expired after %v without a run", e.idle)
 }
 
-// CreateSession implements server.SessionManager.
+// CreateSession starts a session for owner (server.Sessions).
 func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *api.SessionRequest, l api.Limits) (*api.Session, error) {
+	if m.cfg.Off {
+		return nil, api.Errorf(api.ErrUnavailable, "", "sessions are turned off on this cellblockd (--max-sessions 0)")
+	}
 	idle, aerr := req.IdleTimeout(m.cfg.MaxIdle)
 	if aerr != nil {
 		return nil, aerr
@@ -310,7 +326,7 @@ func (m *Manager) CreateSession(ctx context.Context, owner peercred.Peer, req *a
 	id := m.newID()
 	m.mu.Unlock()
 
-	opened, err := m.cfg.Open(ctx, id, req, l)
+	opened, err := m.cfg.Jails.OpenSession(ctx, id, owner.UID, req, l)
 
 	m.mu.Lock()
 	if m.opening[owner.UID]--; m.opening[owner.UID] == 0 {
@@ -360,7 +376,7 @@ func (m *Manager) describe(e *entry, vars bool) *api.Session {
 	return s
 }
 
-// Sessions implements server.SessionManager.
+// Sessions lists the sessions caller may see (server.Sessions).
 func (m *Manager) Sessions(ctx context.Context, caller peercred.Peer) (*api.SessionList, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -374,7 +390,7 @@ func (m *Manager) Sessions(ctx context.Context, caller peercred.Peer) (*api.Sess
 	return list, nil
 }
 
-// Session implements server.SessionManager.
+// Session describes one (server.Sessions).
 func (m *Manager) Session(ctx context.Context, caller peercred.Peer, id string) (*api.Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -385,7 +401,7 @@ func (m *Manager) Session(ctx context.Context, caller peercred.Peer, id string) 
 	return m.describe(e, true), nil
 }
 
-// DeleteSession implements server.SessionManager.
+// DeleteSession ends one (server.Sessions).
 func (m *Manager) DeleteSession(ctx context.Context, caller peercred.Peer, id string) error {
 	m.mu.Lock()
 	e, aerr := m.lookup(caller, id)
@@ -402,8 +418,13 @@ func (m *Manager) DeleteSession(ctx context.Context, caller peercred.Peer, id st
 	return nil
 }
 
-// RunInSession implements server.SessionManager.
-func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+// RunInSession carries out run in the session its request names
+// (server.Sessions).
+func (m *Manager) RunInSession(ctx context.Context, r *server.Run) (*api.Result, error) {
+	caller, runID, req, l := r.Owner, r.ID, r.Request, r.Limits
+	if m.cfg.Off {
+		return nil, api.SessionNotFound(req.Session, "this daemon keeps no sessions")
+	}
 	m.mu.Lock()
 	e, aerr := m.lookupOwned(caller, req.Session)
 	if aerr != nil {
@@ -436,19 +457,15 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 	e.cancelRun = cancel
 	m.mu.Unlock()
 
-	fi := m.fileInterp(e)
 	if len(req.Files) > 0 {
-		if err := m.putFiles(ctx, e, fi, req.Files, "files"); err != nil {
+		if err := m.putFiles(ctx, e, req.Files, "files"); err != nil {
 			m.mu.Lock()
 			e.busy, e.cancelRun, e.lastUsed = false, nil, time.Now().UTC()
 			m.mu.Unlock()
 			return nil, err
 		}
 	}
-	var snap workdir.Snapshot
-	if fi != nil {
-		snap = m.cfg.Files.SnapshotOut(fi.Work())
-	}
+	snap := m.cfg.Jails.SnapshotOut(e.opened.Interp.Work())
 
 	mode := req.Mode
 	if mode == "" {
@@ -459,15 +476,15 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 		Timeout:     time.Duration(l.TimeoutMs) * time.Millisecond,
 		OutputBytes: l.OutputBytes,
 	}
-	if t := toolrelay.FromContext(ctx); t != nil {
-		run.Tools = t
+	if r.Tools != nil {
+		run.Tools = r.Tools
 	}
-	out, err := e.opened.Interp.Run(ctx, run, onOutput)
+	out, err := e.opened.Interp.Run(ctx, run, r.Output)
 	var files []api.File
 	var skipped []api.FileSkipped
-	if err == nil && fi != nil {
+	if err == nil {
 		// Still busy: nothing but the run's leftovers writes now.
-		files, skipped = m.cfg.Files.CollectOut(fi.Work(), caller.UID, req.ReturnFiles == api.ReturnFilesInline, snap)
+		files, skipped = m.cfg.Jails.CollectOut(e.opened.Interp.Work(), caller.UID, req.ReturnFiles == api.ReturnFilesInline, snap)
 	}
 
 	m.mu.Lock()
@@ -523,7 +540,7 @@ func (m *Manager) RunInSession(ctx context.Context, caller peercred.Peer, runID 
 // sessionResult is the result of a run in e that ended in out, under the
 // run's limits l. Call with m.mu held.
 func (m *Manager) sessionResult(e *entry, out *nsjail.Outcome, l api.Limits) *api.Result {
-	res := m.cfg.Result(out)
+	res := m.cfg.Jails.Result(out)
 	// The session's limits, with the run's own timeout and output cap.
 	limits := e.limits
 	limits.TimeoutMs, limits.OutputBytes = l.TimeoutMs, l.OutputBytes

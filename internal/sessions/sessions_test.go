@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/server"
 	"github.com/cellblock/cellblock/nsjail"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/workdir"
 )
 
 var (
@@ -103,6 +106,12 @@ func (f *fakeInterp) Variables() ([]runner.Variable, bool) {
 
 func (f *fakeInterp) MemoryUsage() int64 { return 4 << 20 }
 
+// Work: the fake has no /work to read; its files are the fake Files'.
+func (f *fakeInterp) Work() *workdir.Dir { return nil }
+
+// PutFiles takes any files (filesInterp records them).
+func (f *fakeInterp) PutFiles(context.Context, []nsjail.InputFile) error { return nil }
+
 func (f *fakeInterp) set(fn func(f *fakeInterp)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -116,10 +125,14 @@ func (f *fakeInterp) ended() (closes, releases int) {
 	return f.closes, f.releases
 }
 
-// harness is a Manager over fakes.
+// harness is a Manager over fakes; it is the manager's Jails.
 type harness struct {
 	t *testing.T
 	m *Manager
+	// files moves the sessions' files; wrap, when set, changes what
+	// OpenSession opened.
+	files *fakeFiles
+	wrap  func(id string, o *Opened) *Opened
 
 	mu      sync.Mutex
 	interps map[string]*fakeInterp
@@ -134,11 +147,8 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	h := &harness{t: t, interps: map[string]*fakeInterp{}, events: map[string]int{}, opening: make(chan string)}
-	cfg.Open = h.open
-	cfg.Result = func(out *nsjail.Outcome) *api.Result {
-		return &api.Result{ExitCode: out.ExitCode, TimedOut: out.TimedOut}
-	}
+	h := &harness{t: t, interps: map[string]*fakeInterp{}, events: map[string]int{}, opening: make(chan string), files: &fakeFiles{}}
+	cfg.Jails = h
 	cfg.Event = func(kind string) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -154,6 +164,38 @@ func newHarness(t *testing.T, cfg Config) *harness {
 		h.checkEnded()
 	})
 	return h
+}
+
+// OpenSession opens a fake interpreter (Jails).
+func (h *harness) OpenSession(ctx context.Context, id string, _ uint32, req *api.SessionRequest, l api.Limits) (*Opened, error) {
+	o, err := h.open(ctx, id, req, l)
+	if err == nil && h.wrap != nil {
+		o = h.wrap(id, o)
+	}
+	return o, err
+}
+
+// Result is the outcome's exit code and timeout (Jails).
+func (h *harness) Result(out *nsjail.Outcome) *api.Result {
+	return &api.Result{ExitCode: out.ExitCode, TimedOut: out.TimedOut}
+}
+
+// The files go to the fake Files (Jails).
+func (h *harness) Inputs(files []api.FileInput) ([]nsjail.InputFile, error) {
+	return h.files.Inputs(files)
+}
+func (h *harness) InputError(err error, field string) error    { return h.files.InputError(err, field) }
+func (h *harness) SnapshotOut(w *workdir.Dir) workdir.Snapshot { return h.files.SnapshotOut(w) }
+func (h *harness) CollectOut(w *workdir.Dir, owner uint32, inline bool, since workdir.Snapshot) ([]api.File, []api.FileSkipped) {
+	return h.files.CollectOut(w, owner, inline, since)
+}
+func (h *harness) ReadWorkFile(w *workdir.Dir, p string, begin func(int64) (io.Writer, error)) error {
+	return h.files.ReadWorkFile(w, p, begin)
+}
+
+// runIn is RunInSession of a run by who.
+func runIn(m *Manager, ctx context.Context, who peercred.Peer, id string, req *api.RunRequest, l api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+	return m.RunInSession(ctx, &server.Run{ID: id, Owner: who, Request: req, Limits: l, Output: onOutput})
 }
 
 func (h *harness) open(ctx context.Context, id string, req *api.SessionRequest, l api.Limits) (*Opened, error) {
@@ -243,7 +285,7 @@ func (h *harness) create(who peercred.Peer, req *api.SessionRequest) *api.Sessio
 }
 
 func (h *harness) run(ctx context.Context, who peercred.Peer, id, code string) (*api.Result, error) {
-	return h.m.RunInSession(ctx, who, "r-"+code, &api.RunRequest{Session: id, Code: code},
+	return runIn(h.m, ctx, who, "r-"+code, &api.RunRequest{Session: id, Code: code},
 		api.Limits{TimeoutMs: 5000, OutputBytes: 1 << 20}, nil)
 }
 
@@ -500,7 +542,7 @@ func TestRunResult(t *testing.T) {
 			return &nsjail.Outcome{ExitCode: 3}, nil
 		}
 	})
-	res, err := h.m.RunInSession(context.Background(), alice, "run-1",
+	res, err := runIn(h.m, context.Background(), alice, "run-1",
 		&api.RunRequest{Session: s.ID, Code: "x = 1", Stdin: "in"}, api.Limits{TimeoutMs: 1500, OutputBytes: 77}, nil)
 	if err != nil {
 		t.Fatal(err)

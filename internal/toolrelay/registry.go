@@ -11,6 +11,7 @@ import (
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Registry holds the relays of the runs in progress, by run id, for the
@@ -119,7 +120,7 @@ func decodeAnswer(body []byte) (*api.ToolAnswer, *api.Error) {
 		return a, nil
 	}
 	// As deep as anything the runner itself sends.
-	if d := api.JSONDepth(res); d > runner.MaxJSONDepth {
+	if d := wire.JSONDepth(res); d > runner.MaxJSONDepth {
 		return nil, api.Errorf(api.ErrBadRequest, "result", "nests %d deep; the most is %d", d, runner.MaxJSONDepth)
 	}
 	var b bytes.Buffer

@@ -36,6 +36,7 @@ import (
 	"github.com/cellblock/cellblock/internal/record"
 	"github.com/cellblock/cellblock/internal/toolschema"
 	"github.com/cellblock/cellblock/nsjail/runner"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Defaults and bounds of the caps on a run's tool calls (cellblockd's
@@ -107,7 +108,7 @@ func (c Config) Validate() error {
 // Tools are a run's declared tools, checked and compiled, with the caps
 // that apply to its calls. Make them with Prepare.
 type Tools struct {
-	declared []runner.Tool
+	declared []wire.Tool
 	schemas  map[string]*toolschema.Schema // nil for a tool that takes any object
 	caps     api.ToolLimits
 	keep     bool
@@ -127,7 +128,7 @@ func Prepare(req *api.RunRequest, cfg Config) (*Tools, *api.Error) {
 	}
 	t := &Tools{caps: caps, keep: cfg.KeepContent, schemas: map[string]*toolschema.Schema{}}
 	for i, tool := range req.Tools {
-		t.declared = append(t.declared, runner.Tool{Name: tool.Name, Description: tool.Description, InputSchema: tool.InputSchema})
+		t.declared = append(t.declared, tool)
 		if len(tool.InputSchema) == 0 || string(tool.InputSchema) == "null" {
 			t.schemas[tool.Name] = nil
 			continue
@@ -209,7 +210,7 @@ type answer struct {
 var maxReplyFrame = runner.MaxDaemonFrame + 4
 
 // Declared implements nsjail.ToolRelay.
-func (r *Relay) Declared() ([]runner.Tool, runner.ToolLimits) {
+func (r *Relay) Declared() ([]wire.Tool, runner.ToolLimits) {
 	return r.tools.declared, runner.ToolLimits{ArgumentBytes: r.tools.caps.ArgumentBytes, TimeoutMs: r.tools.caps.TimeoutMs}
 }
 
@@ -638,7 +639,7 @@ func boundName(s string) string {
 	if s == "" {
 		return "?"
 	}
-	return cut(s, runner.MaxToolName)
+	return cut(s, wire.MaxToolName)
 }
 
 // cut is s cut to at most n bytes on a rune boundary.

@@ -11,53 +11,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/cellblock/cellblock/internal/api"
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
-
-// Value is a cell's value: the result's "value".
-type Value struct {
-	Type string `json:"type"`
-	Repr string `json:"repr"`
-	// JSON is the value as JSON, when it is plain JSON data within the cap.
-	JSON json.RawMessage `json:"json,omitempty"`
-}
-
-// Exception is the program's uncaught exception: the result's "exception".
-type Exception struct {
-	Type      string `json:"type"`
-	Message   string `json:"message"`
-	Traceback string `json:"traceback"`
-	Line      *int   `json:"line"`
-}
-
-// Item is one display item, in Jupyter's MIME-bundle shape: an element of
-// the result's "display". Data maps a MIME type to its content as JSON: a
-// string (base64 for image/png and image/jpeg) or, for application/json,
-// any JSON value. Data always has "text/plain".
-type Item struct {
-	Data     map[string]json.RawMessage `json:"data"`
-	Metadata map[string]json.RawMessage `json:"metadata,omitempty"`
-}
-
-// Text returns the string content of mime in the item (base64 for images).
-func (it Item) Text(mime string) (string, bool) {
-	raw, ok := it.Data[mime]
-	if !ok {
-		return "", false
-	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// Dropped is a note of content left out of a display item.
-type Dropped struct {
-	MIME   string `json:"mime"`
-	Bytes  int64  `json:"bytes"`
-	Reason string `json:"reason"`
-}
 
 // Result is what the Collector made of one run's messages. All of it comes
 // from the jail: validated, but to be shown, not believed.
@@ -72,9 +27,9 @@ type Result struct {
 	// the process is ending with it, its output and channel closed.
 	Exit *int
 	// Value, Exception and Display are the result's fields.
-	Value     *Value
-	Exception *Exception
-	Display   []Item
+	Value     *wire.Value
+	Exception *wire.Exception
+	Display   []wire.DisplayItem
 	// Notes says what was dropped or replaced and why, for the daemon's log.
 	Notes []string
 }
@@ -185,13 +140,13 @@ func (c *Collector) Handle(payload []byte) {
 // last item is a text/plain note that says how many.
 func (c *Collector) Result() Result {
 	r := c.res
-	r.Display = append([]Item(nil), c.res.Display...)
+	r.Display = append([]wire.DisplayItem(nil), c.res.Display...)
 	if n := c.droppedItems + c.runnerDropped; n > 0 {
 		text := fmt.Sprintf("[cellblock: %d more display items dropped: a run keeps at most %d items and %d bytes of them]",
 			n, c.limits.DisplayItems, c.limits.DisplayTotalBytes)
-		r.Display = append(r.Display, Item{
+		r.Display = append(r.Display, wire.DisplayItem{
 			Data:     map[string]json.RawMessage{"text/plain": mustJSON(text)},
-			Metadata: map[string]json.RawMessage{"cellblock": mustJSON(map[string]int64{"dropped_items": n})},
+			Metadata: map[string]json.RawMessage{wire.DisplayNotesKey: mustJSON(wire.DisplayNotes{DroppedItems: n})},
 		})
 	}
 	if c.moreNotes > 0 {
@@ -264,10 +219,10 @@ func (c *Collector) value(payload []byte) {
 	}
 	if err := decodeStrict(payload, &m, true); err != nil {
 		c.note("value message: %v", err)
-		c.res.Value = &Value{Type: "?", Repr: "[cellblock: the value could not be read]"}
+		c.res.Value = &wire.Value{Type: "?", Repr: "[cellblock: the value could not be read]"}
 		return
 	}
-	v := &Value{Type: c.typeName(m.Value.Type, "value"), Repr: c.capField(m.Value.Repr, c.limits.ReprBytes, false, "value.repr")}
+	v := &wire.Value{Type: c.typeName(m.Value.Type, "value"), Repr: c.capField(m.Value.Repr, c.limits.ReprBytes, false, "value.repr")}
 	if j := validText(m.Value.JSON); len(j) > 0 {
 		if ok, why := jsonOK(j, c.limits.JSONBytes); ok {
 			v.JSON = append(json.RawMessage(nil), j...)
@@ -294,11 +249,11 @@ func (c *Collector) exception(payload []byte) {
 	}
 	if err := decodeStrict(payload, &m, true); err != nil {
 		c.note("exception message: %v", err)
-		c.res.Exception = &Exception{Type: "?", Message: "[cellblock: the exception could not be read]"}
+		c.res.Exception = &wire.Exception{Type: "?", Message: "[cellblock: the exception could not be read]"}
 		return
 	}
 	e := m.Exception
-	x := &Exception{
+	x := &wire.Exception{
 		Type:      c.typeName(e.Type, "exception"),
 		Message:   c.capField(e.Message, c.limits.MessageBytes, false, "exception.message"),
 		Traceback: c.capField(e.Traceback, c.limits.TracebackBytes, true, "exception.traceback"),
@@ -331,14 +286,14 @@ func (c *Collector) display(payload []byte) {
 		Data     map[string]json.RawMessage `json:"data"`
 		Metadata json.RawMessage            `json:"metadata"`
 	}
-	var dropped []Dropped
+	var dropped []wire.Dropped
 	if err := decodeStrict(payload, &m, true); err != nil {
 		c.note("display message: %v", err)
 		m.Data = nil
-		dropped = append(dropped, Dropped{MIME: "*", Bytes: int64(len(payload)), Reason: "display message could not be read"})
+		dropped = append(dropped, wire.Dropped{MIME: "*", Bytes: int64(len(payload)), Reason: "display message could not be read"})
 	}
 	l := c.limits
-	it := Item{Data: map[string]json.RawMessage{}}
+	it := wire.DisplayItem{Data: map[string]json.RawMessage{}}
 	var size int64
 	mimes := make([]string, 0, len(m.Data))
 	for k := range m.Data {
@@ -354,14 +309,14 @@ func (c *Collector) display(payload []byte) {
 			if json.Unmarshal(raw, &s) == nil {
 				plain, hasPlain = s, true
 			} else {
-				dropped = append(dropped, Dropped{MIME: mime, Bytes: int64(len(raw)), Reason: "not a string"})
+				dropped = append(dropped, wire.Dropped{MIME: mime, Bytes: int64(len(raw)), Reason: "not a string"})
 			}
 			continue
 		}
 		n, why := checkContent(mime, raw, l)
 		if why != "" {
 			if len(dropped) < maxDropped {
-				dropped = append(dropped, Dropped{MIME: capString(mime, 255, false), Bytes: int64(len(raw)), Reason: why})
+				dropped = append(dropped, wire.Dropped{MIME: capString(mime, 255, false), Bytes: int64(len(raw)), Reason: why})
 			}
 			continue
 		}
@@ -372,7 +327,7 @@ func (c *Collector) display(payload []byte) {
 		plain = "[cellblock: no text/plain]"
 	}
 	if len(plain) > l.ReprBytes {
-		dropped = append(dropped, Dropped{MIME: "text/plain", Bytes: int64(len(plain)), Reason: fmt.Sprintf("cut to repr_bytes (%d)", l.ReprBytes)})
+		dropped = append(dropped, wire.Dropped{MIME: "text/plain", Bytes: int64(len(plain)), Reason: fmt.Sprintf("cut to repr_bytes (%d)", l.ReprBytes)})
 		plain = capString(plain, l.ReprBytes, false)
 	}
 	it.Data["text/plain"] = mustJSON(plain)
@@ -399,7 +354,7 @@ func (c *Collector) display(payload []byte) {
 		if len(dropped) > maxDropped {
 			dropped = dropped[:maxDropped]
 		}
-		it.Metadata["cellblock"] = mustJSON(map[string][]Dropped{"dropped": dropped})
+		it.Metadata[wire.DisplayNotesKey] = mustJSON(wire.DisplayNotes{Dropped: dropped})
 	}
 	if len(it.Metadata) == 0 {
 		it.Metadata = nil
@@ -411,25 +366,25 @@ func (c *Collector) display(payload []byte) {
 // metadata validates an item's metadata: a JSON object within
 // MetadataBytes and MaxJSONDepth. The runner's own notes in its "cellblock"
 // member are kept when well formed and put before dropped's.
-func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string]json.RawMessage, []Dropped) {
+func (c *Collector) metadata(raw json.RawMessage, dropped []wire.Dropped) (map[string]json.RawMessage, []wire.Dropped) {
 	md := map[string]json.RawMessage{}
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return md, dropped
 	}
 	raw = validText(raw)
 	if ok, why := jsonOK(raw, MetadataBytes); !ok {
-		return md, append(dropped, Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: why})
+		return md, append(dropped, wire.Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: why})
 	}
 	if json.Unmarshal(raw, &md) != nil {
-		return map[string]json.RawMessage{}, append(dropped, Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: "not a JSON object"})
+		return map[string]json.RawMessage{}, append(dropped, wire.Dropped{MIME: "metadata", Bytes: int64(len(raw)), Reason: "not a JSON object"})
 	}
-	if cb, ok := md["cellblock"]; ok {
-		delete(md, "cellblock")
+	if cb, ok := md[wire.DisplayNotesKey]; ok {
+		delete(md, wire.DisplayNotesKey)
 		var notes struct {
-			Dropped []Dropped `json:"dropped"`
+			Dropped []wire.Dropped `json:"dropped"`
 		}
 		if decodeStrict(cb, &notes, true) == nil {
-			var own []Dropped
+			var own []wire.Dropped
 			for _, d := range notes.Dropped {
 				if len(d.MIME) <= 255 && len(d.Reason) <= 512 && d.Bytes >= 0 {
 					own = append(own, d)
@@ -441,7 +396,7 @@ func (c *Collector) metadata(raw json.RawMessage, dropped []Dropped) (map[string
 	return md, dropped
 }
 
-func keepPlain(it Item, dropped []Dropped, reason string) []Dropped {
+func keepPlain(it wire.DisplayItem, dropped []wire.Dropped, reason string) []wire.Dropped {
 	mimes := make([]string, 0, len(it.Data))
 	for m := range it.Data {
 		mimes = append(mimes, m)
@@ -449,7 +404,7 @@ func keepPlain(it Item, dropped []Dropped, reason string) []Dropped {
 	sort.Strings(mimes)
 	for _, m := range mimes {
 		if m != "text/plain" {
-			dropped = append(dropped, Dropped{MIME: m, Bytes: int64(len(it.Data[m])), Reason: reason})
+			dropped = append(dropped, wire.Dropped{MIME: m, Bytes: int64(len(it.Data[m])), Reason: reason})
 			delete(it.Data, m)
 		}
 	}
@@ -526,7 +481,7 @@ func jsonOK(raw []byte, max int) (bool, string) {
 	if !json.Valid(raw) {
 		return false, "not valid JSON"
 	}
-	if api.JSONDepth(raw) > MaxJSONDepth {
+	if wire.JSONDepth(raw) > MaxJSONDepth {
 		return false, fmt.Sprintf("JSON nested deeper than %d", MaxJSONDepth)
 	}
 	return true, ""

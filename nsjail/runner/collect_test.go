@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 func frame(s string) []byte {
@@ -76,10 +78,10 @@ func TestCollectHonest(t *testing.T) {
 	}
 }
 
-func dropped(t *testing.T, it Item) []Dropped {
+func dropped(t *testing.T, it wire.DisplayItem) []wire.Dropped {
 	t.Helper()
 	var md struct {
-		Dropped []Dropped `json:"dropped"`
+		Dropped []wire.Dropped `json:"dropped"`
 	}
 	if err := json.Unmarshal(it.Metadata["cellblock"], &md); err != nil {
 		t.Fatalf("metadata %s: %v", it.Metadata["cellblock"], err)
@@ -163,9 +165,9 @@ func TestCollectInvalidUTF8(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	out, err := json.Marshal(struct {
-		Display   []Item
-		Value     *Value
-		Exception *Exception
+		Display   []wire.DisplayItem
+		Value     *wire.Value
+		Exception *wire.Exception
 	}{r.Display, r.Value, r.Exception})
 	if err != nil {
 		t.Fatal(err)

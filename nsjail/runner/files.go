@@ -1,18 +1,11 @@
 package runner
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
-	"maps"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
-
-	"github.com/cellblock/cellblock/rootfs"
+	"testing/fstest"
 )
 
 // pyFiles holds the runner and the cellblock package, under "py".
@@ -30,7 +23,8 @@ const (
 )
 
 // Files returns the files to put at layout.RunnerDir: _cellblock_runner.py and
-// cellblock/*.py.
+// cellblock/*.py. The daemon lays them down read-only with
+// rootfs.InstallFiles.
 func Files() fs.FS {
 	sub, err := fs.Sub(pyFiles, "py")
 	if err != nil {
@@ -39,118 +33,37 @@ func Files() fs.FS {
 	return sub
 }
 
-// WriteFiles writes Files into dir, which it creates if needed: files
-// mode 0444, directories 0555, for the daemon to bind-mount read-only at
-// layout.RunnerDir. dir must not exist or be empty.
-func WriteFiles(dir string) error { return writeFiles(dir, nil) }
-
-// writeFiles writes Files and extra (more files at the top, by name).
-func writeFiles(dir string, extra map[string][]byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write runner files: %w", err)
+// FilesWith returns Files with extra, more files for every jail by plain
+// name at the top of the tree (the daemon's CA bundle,
+// layout.CABundleName). A name that is not plain, or that is one of the
+// runner's own, is an error.
+func FilesWith(extra map[string][]byte) (fs.FS, error) {
+	if len(extra) == 0 {
+		return Files(), nil
 	}
-	src := Files()
-	var dirs []string
-	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(dir, filepath.FromSlash(path))
-		if d.IsDir() {
-			if path != "." {
-				if err := os.Mkdir(dst, 0o755); err != nil {
-					return err
-				}
-			}
-			dirs = append(dirs, dst)
-			return nil
-		}
-		b, err := fs.ReadFile(src, path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o444)
-	})
-	if err != nil {
-		return fmt.Errorf("write runner files into %s: %w", dir, err)
-	}
-	for _, name := range slices.Sorted(maps.Keys(extra)) {
-		if err := os.WriteFile(filepath.Join(dir, name), extra[name], 0o444); err != nil {
-			return fmt.Errorf("write runner files into %s: %w", dir, err)
-		}
-	}
-	// Directories last, deepest first: once 0555 nothing more goes in.
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := os.Chmod(dirs[i], 0o555); err != nil {
-			return fmt.Errorf("write runner files into %s: %w", dir, err)
-		}
-	}
-	return nil
-}
-
-// Install puts Files, read-only, in a directory under parent named by
-// their hash, and returns that directory: a daemon of another version
-// finds its own files, and a jail never sees a half-written one. extra
-// are more files for every jail, by plain name at the top (the daemon's
-// CA bundle, layout.CABundleName), in the hash too. It removes the
-// directories of other versions under parent, which belongs to one daemon
-// (its state directory is locked).
-func Install(parent string, extra map[string][]byte) (string, error) {
-	h := sha256.New()
-	for _, name := range slices.Sorted(maps.Keys(extra)) {
-		if name == "" || strings.ContainsAny(name, "/\x00") || name[0] == '.' {
-			return "", fmt.Errorf("runner files: %q is no plain file name", name)
-		}
-		if _, err := fs.Stat(Files(), name); err == nil {
-			return "", fmt.Errorf("runner files: %s is the runner's own", name)
-		}
-		fmt.Fprintf(h, "extra %s %d\n", name, len(extra[name]))
-		h.Write(extra[name])
-	}
-	files := Files()
-	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+	files := fstest.MapFS{}
+	err := fs.WalkDir(Files(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		b, err := fs.ReadFile(files, p)
+		b, err := fs.ReadFile(Files(), p)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(h, "%s %d\n", p, len(b))
-		h.Write(b)
+		files[p] = &fstest.MapFile{Data: b, Mode: 0o444}
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
+		return nil, fmt.Errorf("runner files: %w", err)
 	}
-	dir := filepath.Join(parent, hex.EncodeToString(h.Sum(nil))[:16])
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if entries, err := os.ReadDir(parent); err == nil {
-		for _, e := range entries {
-			if p := filepath.Join(parent, e.Name()); p != dir {
-				rootfs.RemoveTree(p)
-			}
+	for name, b := range extra {
+		if name == "" || strings.ContainsAny(name, "/\x00") || name[0] == '.' {
+			return nil, fmt.Errorf("runner files: %q is no plain file name", name)
 		}
+		if _, ok := files[name]; ok {
+			return nil, fmt.Errorf("runner files: %s is the runner's own", name)
+		}
+		files[name] = &fstest.MapFile{Data: b, Mode: 0o444}
 	}
-	if _, err := os.Stat(dir); err == nil {
-		return dir, nil
-	}
-	tmp, err := os.MkdirTemp(parent, ".new-")
-	if err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	if err := writeFiles(tmp, extra); err != nil {
-		rootfs.RemoveTree(tmp)
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		rootfs.RemoveTree(tmp)
-		return "", fmt.Errorf("runner files: %w", err)
-	}
-	return dir, nil
+	return files, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // ProtocolVersion is the version of PROTOCOL.md this package speaks.
@@ -180,7 +182,7 @@ type Run struct {
 	StdinNull bool `json:"stdin_null,omitempty"`
 	// Tools the code may call, and the caps the runner applies to them
 	// (tools.go); absent for a run without tools.
-	Tools      []Tool      `json:"tools,omitempty"`
+	Tools      []wire.Tool `json:"tools,omitempty"`
 	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 }
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Message types of sessions (PROTOCOL.md, "Sessions").
@@ -48,7 +50,7 @@ type SessionRun struct {
 	Inputs   map[string]json.RawMessage `json:"inputs,omitempty"`
 	Limits   Limits                     `json:"limits"`
 	// Tools and ToolLimits are as in Run.
-	Tools      []Tool      `json:"tools,omitempty"`
+	Tools      []wire.Tool `json:"tools,omitempty"`
 	ToolLimits *ToolLimits `json:"tool_limits,omitempty"`
 }
 

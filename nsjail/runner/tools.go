@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/cellblock/cellblock/nsjail/runner/wire"
 )
 
 // Message types of tool calls (PROTOCOL.md, "Tools").
@@ -19,16 +21,7 @@ const (
 const (
 	// MaxToolCallID bounds the runner's id of a call.
 	MaxToolCallID = 64
-	// MaxToolName bounds a tool's name (the API's api.MaxToolName).
-	MaxToolName = 128
 )
-
-// Tool is one tool the run may call, in its run message.
-type Tool struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"input_schema,omitempty"`
-}
 
 // ToolLimits are what the runner is told of the run's caps on tool calls:
 // it refuses arguments over ArgumentBytes itself, and gives up waiting
@@ -66,8 +59,8 @@ func ParseToolCall(payload []byte) (ToolCall, error) {
 	if json.Unmarshal(m.ID, &c.ID) != nil || !validCallID(c.ID) {
 		return ToolCall{}, fmt.Errorf("%w: tool_call id must be 1-%d of [A-Za-z0-9_.-]", ErrBadMessage, MaxToolCallID)
 	}
-	if json.Unmarshal(m.Name, &c.Name) != nil || c.Name == "" || len(c.Name) > MaxToolName || !printableASCII(c.Name) {
-		return ToolCall{ID: c.ID}, fmt.Errorf("%w: tool_call name must be a string of 1-%d printable ASCII characters", ErrBadMessage, MaxToolName)
+	if json.Unmarshal(m.Name, &c.Name) != nil || c.Name == "" || len(c.Name) > wire.MaxToolName || !printableASCII(c.Name) {
+		return ToolCall{ID: c.ID}, fmt.Errorf("%w: tool_call name must be a string of 1-%d printable ASCII characters", ErrBadMessage, wire.MaxToolName)
 	}
 	args := bytes.TrimSpace(validText(m.Arguments))
 	if len(args) == 0 || args[0] != '{' {

@@ -59,6 +59,18 @@ func (e *executor) OpenArtifact(uid uint32, sum string) (io.ReadCloser, int64, e
 	return io.NopCloser(bytes.NewReader(a.data)), int64(len(a.data)), nil
 }
 
+// ArtifactUsage is what the info SetInfo (or Start) gave says of the
+// store, for every uid.
+func (e *executor) ArtifactUsage(uid uint32) (int64, int) {
+	d := (*Daemon)(e)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f := d.info.Files; f != nil {
+		return f.StoreUsedBytes, f.StoreFiles
+	}
+	return 0, 0
+}
+
 // SessionFile returns the file at path of session id, as a PUT wrote it.
 func (d *Daemon) SessionFile(id, path string) ([]byte, bool) {
 	d.mu.Lock()

@@ -1,5 +1,5 @@
 // Package servertest serves the real API server of package server on a
-// real Unix socket, with a stand-in Executor, for the tests of cellblockd's
+// real Unix socket, with stand-ins for its services, for the tests of cellblockd's
 // clients (the CLI, the MCP front end). Requests go through everything the
 // daemon does with them — the peer-credential check (the test's own uid is
 // allowed), decoding, validation, limits, admission, the NDJSON stream and
@@ -80,7 +80,8 @@ func Start(t testing.TB, info api.Info, run RunFunc) *Daemon {
 		t.Fatal(err)
 	}
 	me := uint32(os.Getuid())
-	d.Server = server.New(server.Config{
+	e := (*executor)(d)
+	srv, err := server.New(server.Config{
 		Defaults:      info.Defaults,
 		Maxima:        info.Maxima,
 		MaxConcurrent: info.MaxConcurrent,
@@ -88,7 +89,11 @@ func Start(t testing.TB, info api.Info, run RunFunc) *Daemon {
 		Allowed:       func(p peercred.Peer) bool { return p.UID == me },
 		Tools:         toolsConfig(info.Tools),
 		Files:         filesOf(info),
-	}, (*executor)(d))
+	}, server.Services{Runs: e, Sessions: e, Envs: e, Artifacts: e, Files: e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Server = srv
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Server.Serve(ctx, ln, gracePeriod) }()
@@ -157,11 +162,12 @@ func (d *Daemon) WaitLoad(t testing.TB, running, queued int, timeout time.Durati
 	}
 }
 
-// executor is the server.Executor of a Daemon.
+// executor is every service of a Daemon's server.
 type executor Daemon
 
-func (e *executor) Execute(ctx context.Context, _ string, req *api.RunRequest, _ api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+func (e *executor) Execute(ctx context.Context, r *server.Run) (*api.Result, error) {
 	d := (*Daemon)(e)
+	req, onOutput := r.Request, r.Output
 	d.mu.Lock()
 	d.requests = append(d.requests, Request{RunRequest: *req, Streamed: onOutput != nil})
 	run := d.run
@@ -174,7 +180,7 @@ func (e *executor) Execute(ctx context.Context, _ string, req *api.RunRequest, _
 			onOutput(stream, []byte(data))
 		}
 	}
-	ctx, stop := withTools(ctx)
+	stop := withTools(req, r.Tools)
 	res, err := run(ctx, req, emit)
 	stop()
 	if ctx.Err() != nil {
@@ -192,3 +198,22 @@ func (e *executor) Info() api.Info {
 	defer d.mu.Unlock()
 	return d.info
 }
+
+// The stand-in has no dependency environments: listing them shows none,
+// and the rest is refused.
+
+var errNoEnvs = api.Errorf(api.ErrUnavailable, "", "the test daemon builds no environments")
+
+func (e *executor) Envs(context.Context) (*api.EnvList, error) {
+	return &api.EnvList{Envs: []api.EnvInfo{}}, nil
+}
+
+func (e *executor) BuildEnv(context.Context, *api.EnvBuildRequest) (*api.EnvBuildResult, error) {
+	return nil, errNoEnvs
+}
+
+func (e *executor) RemoveEnv(context.Context, string) (*api.EnvRemoveResult, error) {
+	return nil, errNoEnvs
+}
+
+func (e *executor) PruneEnvs(context.Context) (*api.EnvRemoveResult, error) { return nil, errNoEnvs }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellblock/cellblock/internal/api"
 	"github.com/cellblock/cellblock/internal/peercred"
+	"github.com/cellblock/cellblock/internal/server"
 )
 
 // The stand-in executor keeps sessions in memory, as the daemon's session
@@ -131,8 +132,9 @@ func (e *executor) DeleteSession(ctx context.Context, owner peercred.Peer, id st
 	return nil
 }
 
-func (e *executor) RunInSession(ctx context.Context, owner peercred.Peer, runID string, req *api.RunRequest, limits api.Limits, onOutput func(string, []byte)) (*api.Result, error) {
+func (e *executor) RunInSession(ctx context.Context, run *server.Run) (*api.Result, error) {
 	d := (*Daemon)(e)
+	owner, req := run.Owner, run.Request
 	d.mu.Lock()
 	s, err := d.sessionOwned(owner, req.Session)
 	switch {
@@ -148,7 +150,7 @@ func (e *executor) RunInSession(ctx context.Context, owner peercred.Peer, runID 
 	if err != nil {
 		return nil, err
 	}
-	res, err := e.Execute(ctx, runID, req, limits, onOutput)
+	res, err := e.Execute(ctx, run)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	s.busy = false

@@ -17,7 +17,9 @@ import (
 // which checks it and streams it to the caller, and waits for the
 // tool_result frame the relay replies with.
 
-type jailKey struct{}
+// jails are the stand-in jails of the runs in progress, by their request
+// (the one the RunFunc gets).
+var jails sync.Map // *api.RunRequest → *fakeJail
 
 // fakeJail is the jail's side of one run's relay.
 type fakeJail struct {
@@ -34,16 +36,19 @@ type toolResult struct {
 	Error  string          `json:"error"`
 }
 
-// withTools starts the stand-in jail of ctx's relay, if the run has one;
-// stop stops the relay as the jail does when its channel ends.
-func withTools(ctx context.Context) (_ context.Context, stop func()) {
-	r := toolrelay.FromContext(ctx)
+// withTools starts the stand-in jail of the relay r of the run of req, if
+// it has one; stop stops the relay as the jail does when its channel ends.
+func withTools(req *api.RunRequest, r *toolrelay.Relay) (stop func()) {
 	if r == nil {
-		return ctx, func() {}
+		return func() {}
 	}
 	j := &fakeJail{relay: r, waiting: map[string]chan toolResult{}}
 	r.Start(j.reply)
-	return context.WithValue(ctx, jailKey{}, j), r.Stop
+	jails.Store(req, j)
+	return func() {
+		jails.Delete(req)
+		r.Stop()
+	}
 }
 
 func (j *fakeJail) reply(frame []byte) {
@@ -66,12 +71,14 @@ type ToolError struct{ Message string }
 
 func (e *ToolError) Error() string { return e.Message }
 
-// CallTool makes a call of the run's code to tool name with arguments
-// (marshalled to a JSON object), for a RunFunc whose run declares tools.
-// It returns the result, or a *ToolError with what the code would be told
-// (the relay's refusal, the caller's error, a timeout), or ctx's error.
-func CallTool(ctx context.Context, name string, arguments any) (json.RawMessage, error) {
-	j, _ := ctx.Value(jailKey{}).(*fakeJail)
+// CallTool makes a call of the code of the run of req (the request the
+// RunFunc got) to tool name with arguments (marshalled to a JSON object),
+// for a RunFunc whose run declares tools. It returns the result, or a
+// *ToolError with what the code would be told (the relay's refusal, the
+// caller's error, a timeout), or ctx's error.
+func CallTool(ctx context.Context, req *api.RunRequest, name string, arguments any) (json.RawMessage, error) {
+	v, _ := jails.Load(req)
+	j, _ := v.(*fakeJail)
 	if j == nil {
 		return nil, errors.New("servertest: CallTool in a run without tools")
 	}

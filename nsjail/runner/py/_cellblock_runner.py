@@ -18,14 +18,14 @@ ENV_RUN_FD = "CELLBLOCK_RUNNER_RUN_FD"
 # of its run only (PROTOCOL.md, "Preloaded modules").
 ENV_PRELOAD = "CELLBLOCK_RUNNER_PRELOAD"
 # Bounds of that list, the daemon's (runner.MaxPreload, MaxModuleName),
-# and of one failure's description in the ready message.
+# and of one failure's description in the ready message. These constants,
+# and those of the cellblock package that the Go side has too, are held to
+# the Go side's by TestPythonConstants (nsjail/runner).
 MAX_PRELOAD = 64
 MAX_MODULE_NAME = 128
 MAX_PRELOAD_ERROR = 256
 PROTOCOL = 1
 MPL_BACKEND = "module://cellblock._mpl_backend"
-# The largest frame the daemon sends.
-MAX_IN_FRAME = 16 << 20
 # Where input files go: the directory the runner starts in, /work in a
 # jail (taken before any of the program's code can change it).
 try:
@@ -86,7 +86,7 @@ def _recv_run(fd, ch=None):
         if h is None:
             return None, None
         n = int.from_bytes(h, "big")
-        if n > MAX_IN_FRAME:
+        if n > _channel.MAX_IN_FRAME:
             return None, None
         raw = _read_exact(fd, n)
         if raw is None:

@@ -29,6 +29,8 @@ DEFAULT_LIMITS = {
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"
 
+# The largest frame the daemon sends (a run message, a tool's answer).
+MAX_IN_FRAME = 16 << 20
 # How deep a JSON value (a cell's value, application/json, metadata) may nest.
 JSON_DEPTH = 64
 # The most a display item's metadata may take, encoded.

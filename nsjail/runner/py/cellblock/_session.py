@@ -88,7 +88,7 @@ def serve(ch, fd, runner):
     ch.send({"type": "idle"})
     while True:
         try:
-            msg, fds = _recv(sock, runner.MAX_IN_FRAME)
+            msg, fds = _recv(sock, _channel.MAX_IN_FRAME)
         except KeyboardInterrupt:
             continue  # an interrupt that came after its run: nothing to stop
         except OSError:

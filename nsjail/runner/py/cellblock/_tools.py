@@ -21,8 +21,6 @@ from cellblock import _channel
 # How long past the run's tool timeout a call waits before it gives up on
 # its own (the daemon answers every call by its timeout).
 GRACE = 5.0
-# The largest frame the daemon sends.
-MAX_IN_FRAME = 16 << 20
 # The most tools shown in repr(cellblock.tools).
 REPR_BYTES = 2000
 
@@ -145,7 +143,7 @@ class Client:
                 if head is None:
                     break
                 n = int.from_bytes(head, "big")
-                if n > MAX_IN_FRAME:
+                if n > _channel.MAX_IN_FRAME:
                     why = "a frame from the sandbox was too large"
                     break
                 body = _read_exact(fd, n, poll)
